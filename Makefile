@@ -1,0 +1,60 @@
+# bcd-ansible. Two commands do everything on a fresh machine:
+#   make demo   set up, start the local sandbox, adopt it with adopt-cluster.yml, print the report
+#   make test   set up, lint, and run every test (starts and stops its own sandbox)
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-stamp
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
+
+.PHONY: setup lint test test-unit test-sandbox test-molecule test-long demo sandbox sandbox-down \
+        sandbox-status sandbox-build bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements.yml scripts/install_collections.py
+	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python scripts/install_collections.py --dest collections
+	touch $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint --profile production
+
+test-unit: setup
+	$(BIN)/pytest -m "not sandbox and not long"
+
+test-sandbox: setup
+	$(BIN)/pytest -m "sandbox and not long"
+
+test: lint test-unit test-sandbox
+
+test-long: setup
+	$(BIN)/pytest -m long
+
+sandbox-build: setup
+	$(BIN)/python -m sandbox build
+
+sandbox: setup
+	$(BIN)/python -m sandbox up
+
+sandbox-down: setup
+	$(BIN)/python -m sandbox down
+
+sandbox-status: setup
+	$(BIN)/python -m sandbox status
+
+demo: sandbox
+	$(BIN)/ansible-playbook adopt-cluster.yml
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean: sandbox-down
+	rm -rf $(VENV) collections .pytest_cache .ruff_cache

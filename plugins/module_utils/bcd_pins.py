@@ -1,0 +1,125 @@
+# -*- coding: utf-8 -*-
+"""Public-key pins and JWKs, as ../shared/design/control-plane-api.md (Pins) defines them.
+
+A pin is ``sha256/`` + the standard base64 (with padding, 44 characters) of the SHA-256 digest
+of the DER-encoded SubjectPublicKeyInfo of a public key (the HPKP form, RFC 7469). Pins are
+trust anchors: they come from the operator, never from the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+
+PIN_RE = re.compile(r"^sha256/[A-Za-z0-9+/]{43}=$")
+# JWK members that carry private key material (RFC 7517/7518): EC and OKP ``d``; RSA ``d``,
+# ``p``, ``q``, ``dp``, ``dq``, ``qi``, ``oth``; symmetric ``k``.
+PRIVATE_JWK_MEMBERS = ("d", "p", "q", "dp", "dq", "qi", "oth", "k")
+
+
+class PinError(ValueError):
+    """A malformed pin or key, or a key that is not the one pinned."""
+
+
+def is_pin(value: object) -> bool:
+    """True when ``value`` is ``sha256/<44 base64 characters>`` decoding to 32 bytes."""
+    if not isinstance(value, str) or not PIN_RE.match(value):
+        return False
+    try:
+        return len(base64.b64decode(value[7:], validate=True)) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
+def pin_of_spki(spki_der: bytes) -> str:
+    """The pin of a DER-encoded SubjectPublicKeyInfo."""
+    return "sha256/" + base64.b64encode(hashlib.sha256(spki_der).digest()).decode("ascii")
+
+
+def _b64url_int(value: str, member: str) -> int:
+    if not isinstance(value, str) or not value:
+        raise PinError(f"JWK member {member!r} must be a base64url string")
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise PinError(f"JWK member {member!r} is not base64url") from exc
+    return int.from_bytes(raw, "big")
+
+
+def load_jwk(value: object) -> dict:
+    """Accept a JWK as a mapping or a JSON string; return it as a dict.
+
+    Raises PinError for anything that is not a JSON object, or that carries a private part.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise PinError("is not a JSON object (a public JWK)") from exc
+    if not isinstance(value, dict):
+        raise PinError("must be a JWK: a mapping or a JSON object")
+    private = sorted(m for m in PRIVATE_JWK_MEMBERS if m in value)
+    if private:
+        raise PinError("has a private part (" + ", ".join(private) + "); give the public key only")
+    return dict(value)
+
+
+def spki_of_jwk(jwk: dict) -> bytes:
+    """DER SubjectPublicKeyInfo of a public EC (P-256/P-384/P-521), RSA or OKP (X25519, Ed25519) JWK.
+
+    Raises PinError for an unsupported or malformed key.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa, x25519
+
+    kty = jwk.get("kty")
+    try:
+        if kty == "EC":
+            curves = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1(), "P-521": ec.SECP521R1()}
+            curve = curves.get(jwk.get("crv"))
+            if curve is None:
+                raise PinError(f"EC curve {jwk.get('crv')!r} is not P-256, P-384 or P-521")
+            key = ec.EllipticCurvePublicNumbers(
+                _b64url_int(jwk.get("x"), "x"), _b64url_int(jwk.get("y"), "y"), curve
+            ).public_key()
+        elif kty == "RSA":
+            key = rsa.RSAPublicNumbers(_b64url_int(jwk.get("e"), "e"), _b64url_int(jwk.get("n"), "n")).public_key()
+        elif kty == "OKP":
+            crv = jwk.get("crv")
+            x = jwk.get("x")
+            if not isinstance(x, str):
+                raise PinError("JWK member 'x' must be a base64url string")
+            raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+            if crv == "X25519":
+                key = x25519.X25519PublicKey.from_public_bytes(raw)
+            elif crv == "Ed25519":
+                key = ed25519.Ed25519PublicKey.from_public_bytes(raw)
+            else:
+                raise PinError(f"OKP curve {crv!r} is not X25519 or Ed25519")
+        else:
+            raise PinError(f"key type {kty!r} is not EC, RSA or OKP")
+    except PinError:
+        raise
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise PinError(f"is not a valid {kty} public key ({exc})") from exc
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def pin_of_jwk(jwk: object) -> str:
+    """The pin of a public JWK (mapping or JSON string). Raises PinError (private part, malformed)."""
+    return pin_of_spki(spki_of_jwk(load_jwk(jwk)))
+
+
+def pin_of_pem(pem: bytes) -> str:
+    """The pin of a PEM certificate's public key, or of a PEM public key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    if b"BEGIN CERTIFICATE" in pem:
+        key = x509.load_pem_x509_certificate(pem).public_key()
+    else:
+        key = serialization.load_pem_public_key(pem)
+    return pin_of_spki(key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo))
