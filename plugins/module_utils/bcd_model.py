@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The inventory model: every ``bcd_*`` variable, its default and its rules, in one place.
 
 Every module of bcd-ansible validates its input with :func:`load`, so a value means the same
@@ -226,7 +225,7 @@ class Toleration(_Strict):
     operator: Literal["Exists", "Equal"] = "Equal"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    tolerationSeconds: int | None = None  # noqa: N815 - the Kubernetes field name
+    tolerationSeconds: int | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> Toleration:
@@ -670,7 +669,7 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
             for var, m in err["ctx"]["error"].problems:
                 lines.append(f"INVALID_CONFIG: {var}: {m}")
             continue
-        elif etype in _FRIENDLY and _FRIENDLY[etype]:
+        elif _FRIENDLY.get(etype):
             msg = _FRIENDLY[etype]
         elif etype == "literal_error":
             msg = "must be " + msg.removeprefix("Input should be ")

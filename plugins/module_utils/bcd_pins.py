@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Public-key pins and JWKs, as ../shared/design/control-plane-api.md (Pins) defines them.
 
 A pin is ``sha256/`` + the standard base64 (with padding, 44 characters) of the SHA-256 digest

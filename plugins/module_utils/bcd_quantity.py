@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Kubernetes resource quantities: parse and write them in the API server's canonical form.
 
 Source: k8s.io/apimachinery/pkg/api/resource (quantity.go, ``CanonicalizeBytes``). The API

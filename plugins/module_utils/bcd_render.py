@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Render bcd's Namespace, ConfigMap and DaemonSet from a validated inventory.
 
 Source: seed ``000_bcd-kubernetes-daemonset`` ("What you get", "Host mounts", "Apply", "API
