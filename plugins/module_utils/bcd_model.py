@@ -660,7 +660,7 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
         if etype == "extra_forbidden":
             name = str(loc[-1])
             if len(loc) == 1:
-                close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1)
+                close = difflib.get_close_matches(name, KNOWN_VARIABLES, n=1, cutoff=0.8)
                 hint = f"; did you mean {close[0]}?" if close else ""
                 msg = f"unknown variable (a typo is never ignored){hint}"
             else:

@@ -1,0 +1,44 @@
+"""Lookup: every bcd_* variable of the current host, as one mapping, for our modules."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: bcd_inventory
+short_description: The bcd_* variables of the current host, as one mapping
+description:
+  - Returns one mapping of every variable whose name starts with C(bcd_), templated, as the
+    play sees them (inventory, group and host vars, play vars, role defaults, extra vars).
+  - Every bcd-ansible module takes this mapping as its C(config) option and validates it with the
+    one inventory model (plugins/module_utils/bcd_model.py), so a typo in a variable name is
+    refused instead of ignored.
+  - Secrets are left out (C(bcd_api_key)); pass them in their own no_log option. Internal
+    variables of the role C(bcd_daemonset) (prefix C(bcd_daemonset_)) are left out too.
+options: {}
+"""
+
+EXAMPLES = r"""
+- name: Render the manifests
+  bcd_manifests:
+    config: "{{ lookup('bcd_inventory') }}"
+"""
+
+RETURN = r"""
+_raw:
+  description: One mapping of variable name to value.
+  type: list
+  elements: dict
+"""
+
+import re
+
+from ansible.plugins.lookup import LookupBase
+
+INCLUDE = re.compile(r"^bcd_")
+EXCLUDE = re.compile(r"^(bcd_api_key|bcd_daemonset_.*)$")
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        names = sorted(n for n in (variables or {}) if INCLUDE.match(n) and not EXCLUDE.match(n))
+        values = self._templar.template([variables[n] for n in names])
+        return [dict(zip(names, values, strict=True))]

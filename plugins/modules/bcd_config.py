@@ -1,0 +1,83 @@
+#!/usr/bin/python
+"""Ansible module bcd_config: validate the bcd_* variables before anything else runs."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_config
+short_description: Validate the bcd_* inventory variables with the inventory model
+description:
+  - The first task of every bcd-ansible playbook. Validates every C(bcd_*) variable with the one
+    inventory model (C(plugins/module_utils/bcd_model.py)) and returns the normalised values.
+  - Refuses what seed 000 refuses (an image not pinned by digest, URLs that are not https,
+    malformed pins, names, label keys and values, resource quantities, unknown presets, host
+    paths the Host mounts section rules out, a TTL outside 1 minute to 24 hours, a JWK with a
+    private part) and unknown C(bcd_*) variables, with one C(INVALID_CONFIG:) line per problem
+    that names the variable path and the rule. Changes nothing, calls nothing.
+options:
+  config:
+    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
+    type: dict
+    required: true
+  required:
+    description:
+      - Variables this playbook needs beyond the model's own required ones (for example
+        C(bcd_control_plane_url), C(bcd_tenant) and C(bcd_pool) to mint a join token).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Validate the inventory
+  bcd_config:
+    config: "{{ lookup('bcd_inventory') }}"
+    required: [bcd_control_plane_url, bcd_tenant, bcd_pool]
+  register: bcd
+"""
+
+RETURN = r"""
+config:
+  description:
+    - Every C(bcd_*) variable, validated and normalised (defaults filled in, presets expanded,
+      quantities in canonical form, durations in seconds). Never holds C(bcd_api_key).
+  returned: success
+  type: dict
+label_selector:
+  description: C(bcd_node_selector) as a Kubernetes label selector (C(k=v,k2=v2)); empty selects every node.
+  returned: success
+  type: str
+configmap_name:
+  description: The ConfigMap's name (C(<bcd_name>-config)).
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_module import CONFIG_OPTION, inventory
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"config": CONFIG_OPTION, "required": {"type": "list", "elements": "str", "default": []}},
+        supports_check_mode=True,
+    )
+    inv = inventory(module, tuple(module.params["required"]))
+    module.exit_json(
+        changed=False,
+        config=inv.public(),
+        label_selector=",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items())),
+        configmap_name=inv.configmap_name,
+    )
+
+
+if __name__ == "__main__":
+    main()

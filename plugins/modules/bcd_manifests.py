@@ -1,0 +1,150 @@
+#!/usr/bin/python
+"""Ansible module bcd_manifests: render bcd's Namespace, ConfigMap and DaemonSet."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_manifests
+short_description: Render the bcd DaemonSet manifests from the inventory
+description:
+  - Validates every C(bcd_*) variable with the inventory model and renders, in apply order, the
+    Namespace (labelled C(pod-security.kubernetes.io/enforce=privileged); only when
+    C(bcd_create_namespace)), the ConfigMap (C(config.toml) from the Jinja2 template, and the
+    pinned JoinService key when C(bcd_join_encryption_jwk) is set) and the DaemonSet, as seed
+    000 (What you get, Host mounts, Apply, API access, GPU isolation, Generate the manifests
+    from TypeScript) describes them. Details the seed leaves open are in C(docs/bcd-contract.yml).
+  - The same inputs always render byte-identical output. Only a change of C(config.toml) moves
+    the pod annotation C(bcd.dev/config-sha256).
+  - Mints no token and touches no cluster. With O(dest), writes the objects as one C(v1) C(List)
+    (JSON) to a new file.
+  - Invalid input fails before anything is written, with one C(INVALID_CONFIG:) line per problem
+    naming the variable and the rule.
+options:
+  config:
+    description:
+      - The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
+    type: dict
+    required: true
+  template:
+    description:
+      - Path of the C(config.toml) Jinja2 template (C(templates/config.toml.j2)).
+    type: path
+    required: true
+  dest:
+    description:
+      - A new file to write the C(v1) C(List) to (mode 0644; the manifests hold no secret).
+      - An existing file is refused, unless it already holds exactly this render (then
+        nothing changes).
+    type: path
+attributes:
+  check_mode:
+    support: full
+    details: In check mode O(dest) is not written; RV(changed) says whether it would be.
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Render the manifests
+  bcd_manifests:
+    config: "{{ lookup('bcd_inventory') }}"
+    template: "{{ playbook_dir }}/../templates/config.toml.j2"
+  register: render
+
+- name: Render them to a file for GitOps
+  bcd_manifests:
+    config: "{{ lookup('bcd_inventory') }}"
+    template: "{{ playbook_dir }}/../templates/config.toml.j2"
+    dest: /srv/gitops/bcd.json
+"""
+
+RETURN = r"""
+objects:
+  description: The objects in apply order (Namespace when created, ConfigMap, DaemonSet).
+  returned: success
+  type: list
+  elements: dict
+namespace:
+  description: The Namespace object, or null when C(bcd_create_namespace) is false.
+  returned: success
+  type: dict
+configmap:
+  description: The ConfigMap object.
+  returned: success
+  type: dict
+daemonset:
+  description: The DaemonSet object.
+  returned: success
+  type: dict
+config_sha256:
+  description: SHA-256 (hex) of C(config.toml), as in the pod annotation C(bcd.dev/config-sha256).
+  returned: success
+  type: str
+dest:
+  description: The file written (or that would be, in check mode).
+  returned: when O(dest) is set
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_module import CONFIG_OPTION, inventory, write_new_file
+from ansible.module_utils.bcd_render import CONFIG_HASH_ANNOTATION, as_list, dumps, render
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": CONFIG_OPTION,
+            "template": {"type": "path", "required": True},
+            "dest": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    inv = inventory(module)
+    try:
+        with open(module.params["template"], encoding="utf-8") as handle:
+            template_text = handle.read()
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read the config.toml template {module.params['template']}: {exc.strerror}")
+    try:
+        objects = render(inv, template_text)
+    except Exception as exc:  # noqa: BLE001 - a template error must not become a traceback
+        module.fail_json(msg=f"rendering config.toml failed: {type(exc).__name__}: {exc}")
+    by_kind = {o["kind"]: o for o in objects}
+    ds = by_kind["DaemonSet"]
+    result = {
+        "changed": False,
+        "objects": objects,
+        "namespace": by_kind.get("Namespace"),
+        "configmap": by_kind["ConfigMap"],
+        "daemonset": ds,
+        "config_sha256": ds["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
+    }
+    dest = module.params["dest"]
+    if dest:
+        data = dumps(as_list(objects)).encode("utf-8")
+        result["dest"] = dest
+        try:
+            with open(dest, "rb") as existing:
+                same = existing.read() == data
+            if not same:
+                module.fail_json(msg=f"bcd_render_out: {dest} exists; give a new file (an existing file is never overwritten)", dest=dest)
+        except FileNotFoundError:
+            result["changed"] = True
+            if not module.check_mode:
+                try:
+                    write_new_file(dest, data, 0o644)
+                except FileExistsError:
+                    module.fail_json(msg=f"bcd_render_out: {dest} appeared while rendering; give a new file", dest=dest)
+                except OSError as exc:
+                    module.fail_json(msg=f"bcd_render_out: cannot write {dest}: {exc.strerror}", dest=dest)
+        except OSError as exc:
+            module.fail_json(msg=f"bcd_render_out: cannot read {dest}: {exc.strerror}", dest=dest)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

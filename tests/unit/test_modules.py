@@ -1,0 +1,82 @@
+"""Our modules through Ansible's module machinery (ansible-core 2.19 patch_module_args), check mode included."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+from tests.helpers import TEMPLATE, base_vars, run_module
+
+
+def test_bcd_config_returns_normalised_values():
+    code, result = run_module("bcd_config", {"config": base_vars(bcd_resources={"requests": {"cpu": "1000m"}}, bcd_token_ttl="90m")})
+    assert code == 0 and result["changed"] is False
+    assert result["config"]["bcd_resources"]["requests"] == {"cpu": "1"}
+    assert result["config"]["bcd_token_ttl"] == 5400
+    assert result["label_selector"] == "nvidia.com/gpu.present=true"
+    assert result["configmap_name"] == "bcd-config"
+
+
+def test_bcd_config_refuses_with_invalid_config_lines():
+    code, result = run_module("bcd_config", {"config": base_vars(bcd_image="nginx:latest", bcd_typo=1), "required": ["bcd_tenant"]})
+    assert code == 1 and result["failed"] is True
+    assert result["errors"] == [
+        "INVALID_CONFIG: bcd_image: 'nginx:latest' is not pinned by digest: use registry/repo[:tag]@sha256:<64 hex digits>",
+        "INVALID_CONFIG: bcd_typo: unknown variable (a typo is never ignored)",
+        "INVALID_CONFIG: bcd_tenant: is required by this playbook",
+    ]
+    assert result["msg"] == "\n".join(result["errors"])
+    assert "Traceback" not in json.dumps(result)
+
+
+def test_bcd_config_never_returns_the_api_key():
+    secret = "bcdk_live_0123456789abcdef"
+    code, result = run_module("bcd_config", {"config": base_vars(bcd_api_key=secret)})
+    assert code == 0 and secret not in json.dumps(result)
+
+
+def test_bcd_manifests_renders_without_dest(tmp_path):
+    code, result = run_module("bcd_manifests", {"config": base_vars(), "template": str(TEMPLATE)})
+    assert code == 0 and result["changed"] is False
+    assert [o["kind"] for o in result["objects"]] == ["Namespace", "ConfigMap", "DaemonSet"]
+    assert result["daemonset"]["spec"]["template"]["metadata"]["annotations"]["bcd.dev/config-sha256"] == result["config_sha256"]
+
+
+def test_bcd_manifests_writes_a_new_file_and_is_idempotent(tmp_path):
+    dest = tmp_path / "bcd.json"
+    args = {"config": base_vars(), "template": str(TEMPLATE), "dest": str(dest)}
+    code, result = run_module("bcd_manifests", args)
+    assert code == 0 and result["changed"] is True
+    data = json.loads(dest.read_text())
+    assert data["apiVersion"] == "v1" and data["kind"] == "List" and len(data["items"]) == 3
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["bcd.json"], "no temporary file is left"
+    code, again = run_module("bcd_manifests", args)
+    assert code == 0 and again["changed"] is False
+
+
+def test_bcd_manifests_refuses_an_existing_file(tmp_path):
+    dest = tmp_path / "bcd.json"
+    dest.write_text("mine\n")
+    code, result = run_module("bcd_manifests", {"config": base_vars(), "template": str(TEMPLATE), "dest": str(dest)})
+    assert code == 1 and "exists" in result["msg"] and "bcd_render_out" in result["msg"]
+    assert dest.read_text() == "mine\n"
+
+
+def test_bcd_manifests_check_mode_writes_nothing(tmp_path):
+    dest = tmp_path / "bcd.json"
+    code, result = run_module("bcd_manifests", {"config": base_vars(), "template": str(TEMPLATE), "dest": str(dest)}, check_mode=True)
+    assert code == 0 and result["changed"] is True
+    assert not dest.exists()
+
+
+def test_bcd_manifests_invalid_input_writes_nothing(tmp_path):
+    dest = tmp_path / "bcd.json"
+    code, result = run_module("bcd_manifests", {"config": base_vars(bcd_image="registry.example.com/bcd:1"), "template": str(TEMPLATE), "dest": str(dest)})
+    assert code == 1 and result["msg"].startswith("INVALID_CONFIG: bcd_image:")
+    assert not dest.exists()
+
+
+def test_bcd_manifests_names_a_missing_template(tmp_path):
+    code, result = run_module("bcd_manifests", {"config": base_vars(), "template": str(tmp_path / "nope.j2")})
+    assert code == 1 and "template" in result["msg"] and "Traceback" not in result["msg"]
