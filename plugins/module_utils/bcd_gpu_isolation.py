@@ -1,0 +1,1022 @@
+"""GPU isolation: prove, node by node, that bcd is the only source of GPUs on a node.
+
+Source: seed ``000_bcd-kubernetes-daemonset``, section "GPU isolation", as tightened by issue 6
+(the ``.cdi`` variant of the NVIDIA container runtime is NOT excepted here: it also turns
+``NVIDIA_VISIBLE_DEVICES`` into CDI device requests). The cases in
+``shared/cases/gpu-isolation`` fix the verdicts.
+
+Two levels, both pure Python:
+
+* **Node level** (:func:`verify_node_root`): given a node's root directory (``/`` on the node
+  itself, a folder of files collected from a node, or a test folder), read every container
+  runtime configuration that node's runtime may read, find each runtime and OCI hook that runs
+  the NVIDIA container toolkit, derive the toolkit ``config.toml`` it reads, and require that
+  file to exist and to set ``accept-nvidia-visible-devices-envvar-when-unprivileged = false``.
+  Every known toolkit configuration that accepts the variable is exposure too, and so is
+  ``accept-nvidia-visible-devices-as-volume-mounts = true``. A file that does not parse, or no
+  runtime configuration at all, is ``unverifiable``, never ``isolated``. Needs only the standard
+  library (``tomllib``, Python 3.11+; ``tomli`` is used on older Pythons when installed), so it
+  runs on a node over SSH.
+* **Cluster level** (:func:`node_allocatable_findings`, :func:`resource_slice_findings`,
+  :func:`cluster_policy_findings`, combined per node by :func:`combine`): another device plugin
+  (a Node's allocatable ``nvidia.com/*`` > 0), another GPU DRA driver in ResourceSlices, and a
+  GPU operator ClusterPolicy whose settings let GPUs out. These take the objects as the API
+  returns them (plain dicts); reading them is the module's business.
+
+Paths in results are always as on the node (absolute, relative to the root), never the folder
+they were read from.
+
+A finding is a dict: ``status`` (``exposed`` | ``unverifiable``), ``check`` (a short id),
+``where`` (the node file, or ``Kind/name`` of a Kubernetes object), ``message`` (what lets GPUs
+out, in one sentence or two) and ``fix`` (what to change). A node's verdict is ``exposed`` when
+any finding is, else ``unverifiable`` when any finding is, else ``isolated``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import re
+import stat
+
+try:  # Python 3.11+
+    import tomllib as _toml
+except ImportError:  # pragma: no cover - older Pythons on nodes
+    try:
+        import tomli as _toml  # type: ignore[no-redef]
+    except ImportError:
+        _toml = None
+
+EXPOSED = "exposed"
+UNVERIFIABLE = "unverifiable"
+ISOLATED = "isolated"
+VERDICTS = (ISOLATED, EXPOSED, UNVERIFIABLE)
+
+# The toolkit's keys (NVIDIA container toolkit, internal/config: AcceptEnvvarUnprivileged,
+# AcceptDeviceListAsVolumeMounts) and the GPU operator's toolkit env that writes the first.
+KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+VOLUME_KEY = "accept-nvidia-visible-devices-as-volume-mounts"
+OPERATOR_ENV = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+# Go's strconv.ParseBool false values: what the operator's toolkit container accepts as false.
+GO_FALSE = ("0", "f", "F", "false", "FALSE", "False")
+BCD_DRA_DRIVER = "gpu.bcd.dev"
+
+DEFAULT_TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
+OPERATOR_TOOLKIT_CONFIG = OPERATOR_TOOLKIT_DIR + "/.config/nvidia-container-runtime/config.toml"
+KNOWN_TOOLKIT_CONFIGS = (DEFAULT_TOOLKIT_CONFIG, OPERATOR_TOOLKIT_CONFIG)
+
+# Where container runtimes read their configuration (seed: "The toolkit the container runtime
+# runs"; issue 6: k3s/RKE2 templates and drop-in directories).
+RANCHER_DIRS = ("/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd")
+RUNTIME_FILES = (
+    "/etc/containerd/config.toml",
+    *(f"{d}/{n}" for d in RANCHER_DIRS for n in ("config.toml", "config.toml.tmpl", "config-v3.toml.tmpl")),
+    "/etc/crio/crio.conf",
+)
+RUNTIME_DIRS = (
+    "/etc/containerd/conf.d",
+    "/etc/containerd/config.d",
+    *(f"{d}/{n}" for d in RANCHER_DIRS for n in ("config.toml.d", "config-v3.toml.d")),
+    "/etc/crio/crio.conf.d",
+)
+DROPIN_SUFFIXES = (".toml", ".conf")
+# OCI hook directories (containers-common: oci-hooks(5)); CRI-O's hooks_dir adds more.
+HOOK_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
+# Where a binary named without a directory is found (the runtimes' PATH lookup).
+PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+# Keys whose string value names the binary a runtime runs: containerd v2-v4 runc options
+# (BinaryName), v1 (options.Runtime of io.containerd.runtime.v1.linux, runtime_engine, and
+# [plugins.linux] runtime), CRI-O (runtime_path; runtime in very old versions).
+BINARY_KEYS = ("BinaryName", "Runtime", "runtime_engine", "runtime_path", "runtime")
+HOOK_BINARIES = ("nvidia-container-toolkit", "nvidia-container-runtime-hook")
+ENV_RE = re.compile(
+    r"""(?:^|[\s;(&|])(?:export\s+|env\s+)?(?P<name>XDG_CONFIG_HOME|NVIDIA_CTK_CONFIG_FILE_PATH)="""
+    r"""(?P<value>"[^"]*"|'[^']*'|[^\s;\\&|)]+)"""
+)
+CONFIG_FLAG_RE = re.compile(r"""(?:^|\s)--?config(?:-file)?(?:=|\s+)(?P<value>"[^"]*"|'[^']*'|[^\s;\\]+)""")
+TEMPLATE_ACTION_RE = re.compile(r"\{\{.*?\}\}")
+TEMPLATE_SENTINEL = "@@bcd-template@@"
+UUID_NAME_RE = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
+MAX_SCRIPT = 1 << 20  # a wrapper script is small; never read a large binary
+
+
+class NodeRootError(Exception):
+    """The root directory itself cannot be used (missing, not a directory)."""
+
+
+def finding(status: str, check: str, where: str, message: str, fix: str, **extra) -> dict:
+    out = {"status": status, "check": check, "where": where, "message": message, "fix": fix}
+    out.update(extra)
+    return out
+
+
+def verdict_of(findings: list[dict]) -> str:
+    """``exposed`` if any finding is, else ``unverifiable`` if any is, else ``isolated``."""
+    statuses = {f["status"] for f in findings}
+    if EXPOSED in statuses:
+        return EXPOSED
+    if UNVERIFIABLE in statuses:
+        return UNVERIFIABLE
+    return ISOLATED
+
+
+def is_nvidia_runtime(binary: str) -> bool:
+    """True for nvidia-container-runtime and its variants (.cdi, .legacy, .real, -experimental)."""
+    base = binary.rsplit("/", 1)[-1]
+    return base.startswith("nvidia-container-runtime") and not base.startswith("nvidia-container-runtime-hook")
+
+
+def is_toolkit_hook(binary: str) -> bool:
+    return binary.rsplit("/", 1)[-1] in HOOK_BINARIES
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def _fix_toolkit(path: str) -> str:
+    if path.startswith(OPERATOR_TOOLKIT_DIR + "/") or "/toolkit/.config/" in path:
+        return (
+            f"the GPU operator writes {path}: set its toolkit env {OPERATOR_ENV}=\"false\" "
+            "(ansible-playbook gpu-stack.yml with bcd_nvidia_toolkit: gpu-operator)"
+        )
+    return (
+        f"set {KEY} = false in {path} (ansible-playbook gpu-stack.yml with bcd_nvidia_toolkit: packages, or "
+        f"on the node: nvidia-ctk config --config-file {path} --in-place --set {KEY}=false)"
+    )
+
+
+class _Root:
+    """Read files of a node whose root filesystem is at ``root`` (paths as on the node)."""
+
+    def __init__(self, root: str):
+        if not isinstance(root, str) or not root:
+            raise NodeRootError("the node root must be a directory path")
+        self.root = os.path.abspath(root)
+        if not os.path.isdir(self.root):
+            raise NodeRootError(f"{root}: not a directory")
+
+    def host(self, node_path: str) -> str:
+        """The path on this machine of ``node_path``, following symlinks inside the root.
+
+        An absolute symlink target is taken relative to the root (as on the node), so a
+        collected tree never escapes to this machine's own files.
+        """
+        parts = [p for p in node_path.split("/") if p]
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == ".":
+                continue
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = os.path.join(self.root, *resolved, part)
+            if os.path.islink(candidate):
+                hops += 1
+                if hops > 40:
+                    raise OSError(40, "too many levels of symbolic links", node_path)
+                target = os.readlink(candidate)
+                if target.startswith("/"):
+                    resolved = []
+                parts = [p for p in target.split("/") if p] + parts
+                continue
+            resolved.append(part)
+        return os.path.join(self.root, *resolved)
+
+    def node(self, host_path: str) -> str:
+        rel = os.path.relpath(host_path, self.root)
+        return "/" if rel == "." else "/" + rel.replace(os.sep, "/")
+
+    def isfile(self, node_path: str) -> bool:
+        try:
+            return stat.S_ISREG(os.stat(self.host(node_path)).st_mode)
+        except OSError:
+            return False
+
+    def isdir(self, node_path: str) -> bool:
+        try:
+            return os.path.isdir(self.host(node_path))
+        except OSError:
+            return False
+
+    def exists(self, node_path: str) -> bool:
+        try:
+            return os.path.lexists(self.host(node_path))
+        except OSError:
+            return False
+
+    def read_text(self, node_path: str, limit: int | None = None) -> str:
+        with open(self.host(node_path), "rb") as handle:
+            data = handle.read(limit) if limit else handle.read()
+        return data.decode("utf-8")
+
+    def head(self, node_path: str, size: int = 2) -> bytes:
+        with open(self.host(node_path), "rb") as handle:
+            return handle.read(size)
+
+    def listdir(self, node_dir: str) -> list[str]:
+        """Regular files of a directory (node paths), sorted, hidden files left out."""
+        host_dir = self.host(node_dir)
+        out = []
+        for name in sorted(os.listdir(host_dir)):
+            if name.startswith("."):
+                continue
+            path = node_dir.rstrip("/") + "/" + name
+            if self.isfile(path):
+                out.append(path)
+        return out
+
+    def glob(self, pattern: str) -> list[str]:
+        """Node paths matching an absolute glob ``pattern`` (containerd ``imports``)."""
+        head, tail = pattern.rsplit("/", 1) if "/" in pattern else ("", pattern)
+        if glob.has_magic(head):
+            host_pattern = glob.escape(self.root) + "/" + pattern.lstrip("/")
+            return sorted(self.node(p) for p in glob.glob(host_pattern) if os.path.isfile(p))
+        if not self.isdir(head or "/"):
+            return []
+        out = []
+        for name in sorted(os.listdir(self.host(head or "/"))):
+            if fnmatch.fnmatchcase(name, tail) and (not name.startswith(".") or tail.startswith(".")):
+                path = (head or "") + "/" + name
+                if self.isfile(path):
+                    out.append(path)
+        return out
+
+
+def _walk(obj, path=()):
+    """Yield (key path, value) for every leaf of a parsed TOML document."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk(v, (*path, str(k)))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _walk(v, (*path, str(i)))
+    else:
+        yield path, obj
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(p if re.fullmatch(r"[A-Za-z0-9_-]+", p) else json.dumps(p) for p in path)
+
+
+def _runtime_name(path: tuple) -> str:
+    """The runtime a binary key belongs to: the table name after the last ``runtimes``."""
+    if "runtimes" in path:
+        i = len(path) - 1 - path[::-1].index("runtimes")
+        if i + 1 < len(path):
+            return path[i + 1]
+    if len(path) >= 2 and path[-2] in ("default_runtime", "untrusted_workload_runtime"):
+        return path[-2]
+    if len(path) >= 3 and path[-3] in ("default_runtime", "untrusted_workload_runtime"):
+        return path[-3]
+    if len(path) >= 2 and path[-1] == "runtime":
+        return f"{path[-2]} runtime"  # containerd v1 [plugins.linux] runtime
+    return _dotted(path[:-1]) or path[-1]
+
+
+class NodeVerifier:
+    """Collects what one node root says about GPU isolation. Use :func:`verify_node_root`."""
+
+    def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None):
+        self.fs = _Root(root)
+        self.findings: list[dict] = []
+        self.files_read: list[str] = []
+        self.runtimes: list[dict] = []
+        self.hooks: list[dict] = []
+        self.notes: list[str] = []
+        # toolkit config path (node) -> readers (runtime/hook descriptions)
+        self.toolkit_readers: dict[str, list[str]] = {}
+        self.runtime_files = list(RUNTIME_FILES)
+        self.runtime_dirs = list(RUNTIME_DIRS)
+        self.toolkit_known = list(KNOWN_TOOLKIT_CONFIGS)
+        self.hook_dirs = list(HOOK_DIRS)
+        for p in (runtime_paths or {}).get("files", []) or []:
+            if p not in self.runtime_files:
+                self.runtime_files.append(p)
+        for p in (runtime_paths or {}).get("dirs", []) or []:
+            if p not in self.runtime_dirs:
+                self.runtime_dirs.append(p)
+        for p in (toolkit_paths or {}).get("files", []) or []:
+            if p.endswith(".toml") and p not in self.toolkit_known:
+                self.toolkit_known.append(p)
+        for d in (toolkit_paths or {}).get("dirs", []) or []:
+            for p in (d.rstrip("/") + "/config.toml", d.rstrip("/") + "/nvidia-container-runtime/config.toml"):
+                if p not in self.toolkit_known:
+                    self.toolkit_known.append(p)
+        self._seen_files: set[str] = set()
+        self._parsed_runtime = 0
+        # (file, runtime name, key, pattern) of runtimes passing annotations into containers
+        self._annotation_runtimes: list[tuple[str, str, str, str]] = []
+
+    # -- runtime configuration -------------------------------------------------------------
+
+    def _parse_toml(self, path: str, template: bool = False):
+        """Parse one file; record it. Returns the document, or None (finding recorded)."""
+        try:
+            text = self.fs.read_text(path)
+        except PermissionError:
+            self.findings.append(finding(
+                UNVERIFIABLE, "unreadable", path, f"{path} exists but cannot be read (permission denied).",
+                "run the check as root on the node (ansible_become: true for group gpu_nodes)",
+            ))
+            return None
+        except UnicodeDecodeError:
+            self.findings.append(finding(
+                UNVERIFIABLE, "unparsable", path, f"{path} is not UTF-8 text, so it cannot be checked.",
+                f"fix {path} (it must be valid TOML)",
+            ))
+            return None
+        except OSError as exc:
+            self.findings.append(finding(
+                UNVERIFIABLE, "unreadable", path, f"{path} cannot be read: {exc.strerror or exc}.",
+                f"make {path} readable to the check",
+            ))
+            return None
+        if template:
+            lines = []
+            for line in text.splitlines():
+                if TEMPLATE_ACTION_RE.sub("", line).strip() == "" and "{{" in line:
+                    continue  # a line of template actions only, such as {{ template "base" . }}
+                lines.append(TEMPLATE_ACTION_RE.sub(TEMPLATE_SENTINEL, line))
+            text = "\n".join(lines)
+        if _toml is None:
+            self.findings.append(finding(
+                UNVERIFIABLE, "no-toml-parser", path,
+                "this Python has no TOML parser (tomllib needs Python 3.11; tomli is not installed).",
+                "run the check with Python 3.11 or later, or install tomli on the node",
+            ))
+            return None
+        try:
+            doc = _toml.loads(text)
+        except (ValueError, TypeError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+            self.findings.append(finding(
+                UNVERIFIABLE, "unparsable", path,
+                f"{path} does not parse as TOML ({exc}); the runtime's configuration cannot be ruled safe.",
+                f"fix the syntax of {path}",
+            ))
+            return None
+        return doc
+
+    def _runtime_file(self, path: str, template: bool = False, imported_by: str | None = None) -> None:
+        if path in self._seen_files:
+            return
+        self._seen_files.add(path)
+        if not self.fs.isfile(path):
+            if self.fs.exists(path) and not self.fs.isdir(path):
+                self.findings.append(finding(
+                    UNVERIFIABLE, "unreadable", path, f"{path} exists but is not a regular file.",
+                    f"check {path}",
+                ))
+            return
+        self.files_read.append(path)
+        doc = self._parse_toml(path, template=template)
+        if doc is None:
+            self._parsed_runtime += 1  # it exists: the node has runtime configuration, unreadable
+            return
+        self._parsed_runtime += 1
+        self._scan_runtime_doc(path, doc)
+        imports = doc.get("imports")
+        if isinstance(imports, str):
+            imports = [imports]
+        if isinstance(imports, list):
+            base = path.rsplit("/", 1)[0] or "/"
+            for pattern in imports:
+                if not isinstance(pattern, str):
+                    continue
+                if TEMPLATE_SENTINEL in pattern:
+                    self.findings.append(finding(
+                        UNVERIFIABLE, "templated", path,
+                        f"{path} imports a path its template computes at run time ({pattern!r}).",
+                        f"write the import path literally in {path}",
+                    ))
+                    continue
+                absolute = pattern if pattern.startswith("/") else base.rstrip("/") + "/" + pattern
+                for match in self.fs.glob(absolute):
+                    self._runtime_file(match, imported_by=path)
+
+    def _scan_runtime_doc(self, path: str, doc: dict) -> None:
+        crio = "crio" in doc
+        for keypath, value in _walk(doc):
+            if not isinstance(value, str) or keypath[-1] not in BINARY_KEYS:
+                continue
+            name = _runtime_name(keypath)
+            self._runtime(path, name, _dotted(keypath), value)
+        if crio:
+            # A CRI-O runtime without runtime_path runs the binary named like the runtime ($PATH).
+            runtimes = ((doc.get("crio") or {}).get("runtime") or {}).get("runtimes") or {}
+            if isinstance(runtimes, dict):
+                for name, table in runtimes.items():
+                    if isinstance(table, dict) and not table.get("runtime_path"):
+                        self._runtime(path, name, _dotted(("crio", "runtime", "runtimes", name)), name)
+            hooks_dirs = ((doc.get("crio") or {}).get("runtime") or {}).get("hooks_dir")
+            if isinstance(hooks_dirs, str):
+                hooks_dirs = [hooks_dirs]
+            for d in hooks_dirs or []:
+                if isinstance(d, str) and d not in self.hook_dirs:
+                    self.hook_dirs.append(d)
+        self._annotation_passthrough(path, doc)
+
+    def _annotation_passthrough(self, path: str, doc: dict) -> None:
+        """containerd runtimes that copy pod/container annotations such as cdi.k8s.io/* into the
+        OCI spec: the NVIDIA runtime injects any CDI device named there, whatever the key says."""
+        for keypath, value in _walk(doc):
+            if len(keypath) < 2 or keypath[-2] not in ("pod_annotations", "container_annotations"):
+                continue
+            if not isinstance(value, str):
+                continue
+            if fnmatch.fnmatchcase("cdi.k8s.io/x", value) or fnmatch.fnmatchcase("nvidia.cdi.k8s.io/x", value):
+                name = _runtime_name(keypath[:-1])
+                self._annotation_runtimes.append((path, name, _dotted(keypath[:-1]), value))
+
+    def _resolve_binary(self, binary: str) -> str:
+        if "/" in binary:
+            return binary
+        for d in PATH_DIRS:
+            if self.fs.isfile(f"{d}/{binary}"):
+                return f"{d}/{binary}"
+        return f"/usr/bin/{binary}"
+
+    def _script_configs(self, binary: str) -> tuple[bool, list[str], list[str]]:
+        """(is an NVIDIA wrapper, config paths it sets, problems) for a wrapper script."""
+        try:
+            if not self.fs.isfile(binary) or self.fs.head(binary) != b"#!":
+                return False, [], []
+            if os.path.getsize(self.fs.host(binary)) > MAX_SCRIPT:
+                return False, [], []
+            text = self.fs.read_text(binary)
+        except (OSError, UnicodeDecodeError):
+            return False, [], []
+        mentions = "nvidia-container-runtime" in text.replace("nvidia-container-runtime-hook", "") or any(
+            h in text for h in HOOK_BINARIES
+        )
+        configs, problems = [], []
+        for m in ENV_RE.finditer(text):
+            value = _unquote(m["value"])
+            if "$" in value or "`" in value or not value.startswith("/"):
+                problems.append(f"{m['name']}={value}")
+                continue
+            if m["name"] == "NVIDIA_CTK_CONFIG_FILE_PATH":
+                configs.append(value)
+            else:
+                configs.append(value.rstrip("/") + "/nvidia-container-runtime/config.toml")
+        for m in CONFIG_FLAG_RE.finditer(text):
+            value = _unquote(m["value"])
+            if "$" in value or not value.startswith("/"):
+                problems.append(f"--config {value}")
+            else:
+                configs.append(value)
+        return mentions, sorted(set(configs)), problems
+
+    def _derived_configs(self, binary: str, env: dict | None = None, args: list | None = None) -> tuple[list[str], list[str], bool]:
+        """(toolkit config paths ``binary`` reads, problems, is NVIDIA) for a runtime or hook binary."""
+        env = env or {}
+        configs, problems = [], []
+        for a, arg in enumerate(args or []):
+            if isinstance(arg, str):
+                if arg.startswith(("-config=", "--config=")):
+                    configs.append(arg.split("=", 1)[1])
+                elif arg in ("-config", "--config") and a + 1 < len(args):
+                    configs.append(str(args[a + 1]))
+        if env.get("NVIDIA_CTK_CONFIG_FILE_PATH"):
+            configs.append(env["NVIDIA_CTK_CONFIG_FILE_PATH"])
+        elif env.get("XDG_CONFIG_HOME"):
+            configs.append(env["XDG_CONFIG_HOME"].rstrip("/") + "/nvidia-container-runtime/config.toml")
+        wrapper, script_configs, script_problems = self._script_configs(binary)
+        configs.extend(script_configs)
+        problems.extend(script_problems)
+        nvidia = is_nvidia_runtime(binary) or is_toolkit_hook(binary) or wrapper
+        if not configs and not problems:
+            directory = binary.rsplit("/", 1)[0]
+            if directory.rsplit("/", 1)[-1] == "toolkit":
+                configs.append(directory + "/.config/nvidia-container-runtime/config.toml")
+            else:
+                configs.append(DEFAULT_TOOLKIT_CONFIG)
+        bad = [c for c in configs if not c.startswith("/")]
+        problems.extend(f"config path {c!r} is not absolute" for c in bad)
+        return sorted({c for c in configs if c.startswith("/")}), problems, nvidia
+
+    def _runtime(self, path: str, name: str, key: str, value: str) -> None:
+        if TEMPLATE_SENTINEL in value:
+            self.findings.append(finding(
+                UNVERIFIABLE, "templated", path,
+                f"runtime {name!r} in {path} ({key}) runs a binary its template computes at run time.",
+                f"write the binary path literally in {path}",
+            ))
+            return
+        binary = self._resolve_binary(value)
+        configs, problems, nvidia = self._derived_configs(binary)
+        if not nvidia:
+            return
+        reader = f"runtime {name!r} ({path}: {key} = {value!r})"
+        entry = {"name": name, "file": path, "key": key, "binary": binary, "toolkit_configs": configs}
+        if entry not in self.runtimes:
+            self.runtimes.append(entry)
+        if problems:
+            self.findings.append(finding(
+                UNVERIFIABLE, "wrapper", binary,
+                f"{reader} runs the wrapper {binary}, which sets the toolkit's configuration path at run time "
+                f"({'; '.join(problems)}), so the file it reads cannot be known.",
+                f"make {binary} set NVIDIA_CTK_CONFIG_FILE_PATH to a literal absolute path",
+            ))
+        for c in configs:
+            self.toolkit_readers.setdefault(c, [])
+            if reader not in self.toolkit_readers[c]:
+                self.toolkit_readers[c].append(reader)
+
+    # -- OCI hooks --------------------------------------------------------------------------
+
+    def _hook_file(self, path: str) -> None:
+        if path in self._seen_files:
+            return
+        self._seen_files.add(path)
+        self.files_read.append(path)
+        try:
+            doc = json.loads(self.fs.read_text(path))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.findings.append(finding(
+                UNVERIFIABLE, "unparsable", path,
+                f"OCI hook {path} does not parse as JSON ({exc}); whether it runs the NVIDIA toolkit cannot be ruled out.",
+                f"fix or remove {path}",
+            ))
+            return
+        if not isinstance(doc, dict):
+            self.findings.append(finding(
+                UNVERIFIABLE, "unparsable", path, f"OCI hook {path} is not a JSON object.", f"fix or remove {path}",
+            ))
+            return
+        hook = doc.get("hook")
+        if isinstance(hook, dict):  # version 1.0.0
+            binary, args, env = hook.get("path"), hook.get("args") or [], hook.get("env") or []
+            when = doc.get("when") or {}
+            always = bool(when.get("always")) if isinstance(when, dict) else False
+        else:  # version 0.1.0: "hook" is the path
+            binary, args, env = hook, doc.get("arguments") or [], []
+            always = not any(doc.get(k) for k in ("cmds", "annotations", "hasbindmounts"))
+        if not isinstance(binary, str) or not binary:
+            return
+        env_map = {}
+        for item in env if isinstance(env, list) else []:
+            if isinstance(item, str) and "=" in item:
+                k, v = item.split("=", 1)
+                env_map[k] = v
+        binary = self._resolve_binary(binary)
+        configs, problems, nvidia = self._derived_configs(
+            binary, env_map, [a for a in args if isinstance(a, str)] if isinstance(args, list) else [],
+        )
+        if not nvidia:
+            return
+        scope = "every container" if always else "containers its conditions match (pods control annotations and commands)"
+        reader = f"OCI hook {path} (runs {binary} for {scope})"
+        self.hooks.append({"file": path, "binary": binary, "always": always, "toolkit_configs": configs})
+        if problems:
+            self.findings.append(finding(
+                UNVERIFIABLE, "wrapper", binary,
+                f"{reader}: the toolkit configuration path is computed at run time ({'; '.join(problems)}).",
+                f"make {binary} use a literal configuration path",
+            ))
+        for c in configs:
+            self.toolkit_readers.setdefault(c, [])
+            if reader not in self.toolkit_readers[c]:
+                self.toolkit_readers[c].append(reader)
+
+    # -- toolkit configuration ----------------------------------------------------------------
+
+    def _toolkit_config(self, path: str) -> dict:
+        """Evaluate one toolkit config.toml. Returns a summary and appends findings."""
+        readers = self.toolkit_readers.get(path, [])
+        known = path in self.toolkit_known
+        info = {"path": path, "exists": False, "readers": readers, "known": known, KEY: None, VOLUME_KEY: None}
+        if not self.fs.exists(path):
+            if readers:
+                self.findings.append(finding(
+                    EXPOSED, "toolkit-config-missing", path,
+                    f"{'; '.join(readers)} reads {path}, which does not exist, so the toolkit's default applies "
+                    "and any unprivileged pod can take GPUs by naming them in NVIDIA_VISIBLE_DEVICES.",
+                    _fix_toolkit(path), readers=readers,
+                ))
+            return info
+        info["exists"] = True
+        if path not in self.files_read:
+            self.files_read.append(path)
+        if not self.fs.isfile(path):
+            self.findings.append(finding(
+                UNVERIFIABLE, "unreadable", path, f"{path} is not a regular file.", f"check {path}", readers=readers,
+            ))
+            return info
+        doc = self._parse_toml(path)
+        if doc is None:
+            for f in self.findings:
+                if f["where"] == path and "readers" not in f:
+                    f["readers"] = readers
+            return info
+        value = doc.get(KEY)
+        info[KEY] = value
+        info[VOLUME_KEY] = doc.get(VOLUME_KEY)
+        who = f"{'; '.join(readers)} reads {path}" if readers else f"the toolkit configuration {path} is present"
+        if value is False:
+            pass
+        elif value is None:
+            self.findings.append(finding(
+                EXPOSED, "toolkit-accepts-envvar", path,
+                f"{who} and it does not set {KEY} (absent or commented out means the default, true): "
+                "unprivileged pods can take GPUs through NVIDIA_VISIBLE_DEVICES.",
+                _fix_toolkit(path), readers=readers,
+            ))
+        elif value is True:
+            self.findings.append(finding(
+                EXPOSED, "toolkit-accepts-envvar", path,
+                f"{who} and it sets {KEY} = true: unprivileged pods can take GPUs through NVIDIA_VISIBLE_DEVICES.",
+                _fix_toolkit(path), readers=readers,
+            ))
+        else:
+            self.findings.append(finding(
+                UNVERIFIABLE, "toolkit-key-type", path,
+                f"{path} sets {KEY} to {value!r}, not a boolean; what the toolkit makes of it cannot be known.",
+                f"set {KEY} = false (a TOML boolean) in {path}", readers=readers,
+            ))
+        volume = doc.get(VOLUME_KEY)
+        if volume is True:
+            self.findings.append(finding(
+                EXPOSED, "toolkit-accepts-volume-mounts", path,
+                f"{who} and it sets {VOLUME_KEY} = true: a pod can take GPUs by mounting "
+                "/var/run/nvidia-container-devices/<device>.",
+                f"set {VOLUME_KEY} = false in {path} (gpu-stack.yml does)", readers=readers,
+            ))
+        elif volume not in (None, False):
+            self.findings.append(finding(
+                UNVERIFIABLE, "toolkit-key-type", path,
+                f"{path} sets {VOLUME_KEY} to {volume!r}, not a boolean.",
+                f"set {VOLUME_KEY} = false in {path}", readers=readers,
+            ))
+        prefixes = (((doc.get("nvidia-container-runtime") or {}).get("modes") or {}).get("cdi") or {}).get(
+            "annotation-prefixes", ["cdi.k8s.io/"],
+        )
+        info["annotation-prefixes"] = prefixes if isinstance(prefixes, list) else []
+        return info
+
+    def _cdi_notes(self) -> None:
+        specs = []
+        for d in CDI_DIRS:
+            if not self.fs.isdir(d):
+                continue
+            for p in self.fs.listdir(d):
+                if not p.endswith((".yaml", ".yml", ".json")):
+                    continue
+                try:
+                    text = self.fs.read_text(p, limit=4 << 20)
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if re.search(r"""^\s*"?kind"?\s*:\s*"?nvidia\.com/gpu"?""", text, re.M):
+                    names = re.findall(r"""^\s*-?\s*"?name"?\s*:\s*"?([^"\s,]+)"?""", text, re.M)
+                    specs.append((p, names))
+        if not specs:
+            self.notes.append(
+                "no CDI specification of kind nvidia.com/gpu in /etc/cdi or /var/run/cdi: bcd then hands GPUs "
+                "through NVIDIA_VISIBLE_DEVICES, which is safe only with the toolkit key false "
+                "(seed: CDI specs generated with --device-name-strategy=uuid)"
+            )
+            return
+        for p, names in specs:
+            devices = [n for n in names if n != "all"]
+            if devices and not any(UUID_NAME_RE.match(n) for n in devices):
+                self.notes.append(
+                    f"{p} names GPUs by index, not UUID: regenerate it with nvidia-ctk cdi generate "
+                    "--device-name-strategy=uuid (gpu-stack.yml in packages mode)"
+                )
+
+    # -- all together ---------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        for path in self.runtime_files:
+            self._runtime_file(path, template=path.endswith(".tmpl"))
+        for d in self.runtime_dirs:
+            if not self.fs.isdir(d):
+                continue
+            try:
+                files = self.fs.listdir(d)
+            except OSError as exc:
+                self.findings.append(finding(
+                    UNVERIFIABLE, "unreadable", d, f"{d} cannot be listed: {exc.strerror or exc}.",
+                    f"make {d} readable to the check",
+                ))
+                self._parsed_runtime += 1
+                continue
+            for path in files:
+                if path.endswith(DROPIN_SUFFIXES) or path.endswith(".tmpl"):
+                    self._runtime_file(path, template=path.endswith(".tmpl"))
+        if self._parsed_runtime == 0:
+            self.findings.append(finding(
+                UNVERIFIABLE, "no-runtime-config", "/",
+                "no container runtime configuration is readable (looked for "
+                + ", ".join(self.runtime_files + [d + "/*" for d in self.runtime_dirs])
+                + "): whether a runtime runs the NVIDIA toolkit cannot be ruled out.",
+                "run the check where the node's runtime configuration is readable (as root, on the node or on "
+                "its collected files), or name the runtime's files in bcd_container_runtime",
+            ))
+        for d in self.hook_dirs:
+            if not self.fs.isdir(d):
+                continue
+            try:
+                files = self.fs.listdir(d)
+            except OSError:
+                continue
+            for path in files:
+                if path.endswith(".json"):
+                    self._hook_file(path)
+        configs = []
+        paths = list(self.toolkit_readers) + [p for p in self.toolkit_known if p not in self.toolkit_readers]
+        for path in paths:
+            configs.append(self._toolkit_config(path))
+        by_path = {c["path"]: c for c in configs}
+        for file, name, key, pattern in self._annotation_runtimes:
+            # containerd merges its files: the runtime is the same one whichever file names it.
+            readers = [r for r in self.runtimes if r["name"] == name]
+            if not readers:
+                continue
+            prefixes = set()
+            for runtime in readers:
+                for c in runtime["toolkit_configs"]:
+                    prefixes.update(by_path.get(c, {}).get("annotation-prefixes") or ["cdi.k8s.io/"])
+            if any(fnmatch.fnmatchcase(p + "x", pattern) for p in prefixes):
+                self.findings.append(finding(
+                    EXPOSED, "cdi-annotations", file,
+                    f"runtime {name!r} in {file} passes pod annotations matching {pattern!r} ({key}) into the "
+                    "container, and the NVIDIA runtime injects any CDI device a cdi.k8s.io/ annotation names, "
+                    f"whatever {KEY} says.",
+                    f"remove {pattern!r} from {key} in {file}",
+                ))
+        self._cdi_notes()
+        return {
+            "root": self.fs.root,
+            "verdict": verdict_of(self.findings),
+            "findings": self.findings,
+            "files_read": self.files_read,
+            "runtimes": self.runtimes,
+            "hooks": self.hooks,
+            "toolkit_configs": [
+                {k: v for k, v in c.items() if k != "annotation-prefixes"} for c in configs
+                if c["exists"] or c["readers"]
+            ],
+            "notes": self.notes,
+        }
+
+
+def verify_node_root(root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None) -> dict:
+    """Check one node's root directory for GPU isolation.
+
+    ``root``: the node's root directory (``/`` on the node). ``runtime_paths`` and
+    ``toolkit_paths``: ``{"files": [...], "dirs": [...]}`` as ``bcd_container_runtime`` and
+    ``bcd_nvidia_toolkit`` give them (node paths); they add to the locations always read
+    (:data:`RUNTIME_FILES`, :data:`RUNTIME_DIRS`, :data:`KNOWN_TOOLKIT_CONFIGS`).
+
+    Returns ``{"root", "verdict", "findings", "files_read", "runtimes", "hooks",
+    "toolkit_configs", "notes"}``: ``runtimes`` lists each runtime that runs the NVIDIA toolkit
+    (``name``, ``file``, ``key``, ``binary``, ``toolkit_configs``), ``toolkit_configs`` each
+    toolkit configuration read or required (``path``, ``exists``, ``readers``, ``known`` and the
+    two keys' values), ``notes`` advice that does not change the verdict (the CDI spec).
+    Raises :class:`NodeRootError` when ``root`` is not a directory.
+    """
+    return NodeVerifier(root, runtime_paths, toolkit_paths).run()
+
+
+# --- cluster level -------------------------------------------------------------------------
+
+def _quantity_positive(q) -> bool:
+    from ansible.module_utils.bcd_quantity import QuantityError, value
+
+    try:
+        return value(str(q)) > 0
+    except (QuantityError, ValueError):
+        return True  # an unreadable quantity is not proof of zero
+
+
+def node_allocatable_findings(node: dict) -> list[dict]:
+    """Another device plugin: the Node's allocatable ``nvidia.com/*`` resources above zero."""
+    name = (node.get("metadata") or {}).get("name", "?")
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    out = []
+    for resource, q in sorted(alloc.items()):
+        if resource.startswith("nvidia.com/") and _quantity_positive(q):
+            out.append(finding(
+                EXPOSED, "device-plugin", f"Node/{name}",
+                f"the kubelet on {name} can allocate {resource}={q}: another device plugin hands out GPUs there.",
+                "stop that device plugin on bcd's nodes (GPU operator: spec.devicePlugin.enabled=false, which "
+                "gpu-stack.yml sets; or remove the nvidia-device-plugin DaemonSet)",
+            ))
+    return out
+
+
+def is_gpu_dra_driver(driver: str) -> bool:
+    """A DRA driver whose name marks it as a GPU driver (``gpu.nvidia.com``), bcd's own excepted."""
+    return driver != BCD_DRA_DRIVER and "gpu" in driver.lower()
+
+
+def resource_slice_findings(slices: list[dict], api_version: str) -> list[tuple[str | None, dict]]:
+    """Another GPU DRA driver: ``(node name or None for every node, finding)`` per offending slice."""
+    out = []
+    for s in slices:
+        spec = s.get("spec") or {}
+        driver = spec.get("driver") or ""
+        devices = spec.get("devices") or []
+        if not is_gpu_dra_driver(driver) or not devices:
+            continue
+        name = (s.get("metadata") or {}).get("name", "?")
+        node = spec.get("nodeName")
+        where = f"ResourceSlice/{name}"
+        target = f"node {node}" if node else "every node its selector matches (no spec.nodeName)"
+        out.append((node or None, finding(
+            EXPOSED, "dra-driver", where,
+            f"the DRA driver {driver} offers {len(devices)} device(s) on {target} ({api_version}).",
+            f"disable or uninstall the {driver} DRA driver on bcd's nodes (bcd's own driver is {BCD_DRA_DRIVER})",
+        )))
+    return out
+
+
+def _env_value(env: list, name: str):
+    value = None
+    for item in env or []:
+        if isinstance(item, dict) and item.get("name") == name:
+            value = item.get("value")
+    return value
+
+
+def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
+    """What a GPU operator ClusterPolicy lets out (issue 6, Configure; seed: GPU isolation).
+
+    Device plugin on (``spec.devicePlugin.enabled`` absent means on, the operator's default):
+    exposed. NRI plugin on: exposed (it injects any CDI device a pod's annotation names). The
+    operator's toolkit on without ``ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false``:
+    exposed (it writes the default, true, into the toolkit's config.toml). In gpu-operator mode,
+    CDI off: unverifiable (devices would not arrive by CDI only; seed: CDI specs generated with
+    ``--device-name-strategy=uuid``).
+    """
+    name = (policy.get("metadata") or {}).get("name", "?")
+    where = f"ClusterPolicy/{name}"
+    spec = policy.get("spec") or {}
+    out = []
+    dp = spec.get("devicePlugin") or {}
+    if dp.get("enabled", True) is not False:
+        out.append(finding(
+            EXPOSED, "operator-device-plugin", where,
+            f"{where} runs the GPU operator's device plugin (spec.devicePlugin.enabled is "
+            f"{'absent, which means true' if 'enabled' not in dp else json.dumps(dp.get('enabled'))}): it advertises "
+            "every GPU as nvidia.com/gpu.",
+            "set spec.devicePlugin.enabled=false (ansible-playbook gpu-stack.yml; Helm: devicePlugin.enabled=false)",
+        ))
+    cdi = spec.get("cdi") or {}
+    if cdi.get("nriPluginEnabled") is True:
+        out.append(finding(
+            EXPOSED, "operator-nri-plugin", where,
+            f"{where} enables the operator's NRI plugin (spec.cdi.nriPluginEnabled), which injects any CDI device "
+            "a pod names in an annotation, whatever the toolkit says.",
+            "set spec.cdi.nriPluginEnabled=false (ansible-playbook gpu-stack.yml; Helm: cdi.nriPluginEnabled=false)",
+        ))
+    toolkit = spec.get("toolkit") or {}
+    if toolkit.get("enabled", True) is not False:
+        value = _env_value(toolkit.get("env") or [], OPERATOR_ENV)
+        if value is None or str(value) not in GO_FALSE:
+            shown = "not set (the default, true)" if value is None else f"{value!r}"
+            out.append(finding(
+                EXPOSED, "operator-toolkit-env", where,
+                f"{where} runs the operator's toolkit with {OPERATOR_ENV} {shown}: it writes {KEY} = true into "
+                "the toolkit's config.toml, so unprivileged pods can take GPUs through NVIDIA_VISIBLE_DEVICES.",
+                f"add {OPERATOR_ENV}=\"false\" to spec.toolkit.env, keeping the other entries (ansible-playbook "
+                "gpu-stack.yml)",
+            ))
+    if operator_mode and cdi.get("enabled") is not True:
+        out.append(finding(
+            UNVERIFIABLE, "operator-cdi", where,
+            f"{where} does not enable CDI (spec.cdi.enabled): the operator generates no CDI specification, so "
+            "devices do not arrive by CDI only and bcd must fall back to NVIDIA_VISIBLE_DEVICES.",
+            "set spec.cdi.enabled=true (ansible-playbook gpu-stack.yml; Helm: cdi.enabled=true)",
+        ))
+    return out
+
+
+def combine(
+    *,
+    nodes: list[dict],
+    slices: list[dict] | None,
+    slice_api: str | None,
+    policies: list[dict] | None,
+    mode: str,
+    node_files: dict[str, dict],
+) -> dict:
+    """One verdict per selected Node, from cluster-level objects and node files.
+
+    ``nodes``: the selected Node objects (dicts). ``slices``: ResourceSlices, or None when the
+    API serves no ``resource.k8s.io`` (no evidence either way). ``policies``: ClusterPolicies, or
+    None when the API has no ClusterPolicy kind. ``mode``: ``gpu-operator``, ``packages`` or
+    ``custom`` (bcd_nvidia_toolkit). ``node_files``: node name -> ``{"source": text, "result":
+    verify_node_root() result}`` or ``{"source": text, "error": text}`` for nodes whose files were
+    read (over SSH, or from a collected folder).
+
+    Rules: cluster findings apply to the nodes they concern (ClusterPolicy findings to every
+    selected node). Without node files, a gpu-operator node takes the ClusterPolicy as its
+    evidence (the report says its files were not read); a packages or custom node is
+    ``unverifiable``.
+    """
+    operator_mode = mode == "gpu-operator"
+    policy_findings = []
+    for p in policies or []:
+        policy_findings.extend(cluster_policy_findings(p, operator_mode))
+    per_slice = resource_slice_findings(slices or [], slice_api or "")
+    names = [(n.get("metadata") or {}).get("name", "?") for n in nodes]
+    toolkit_by_operator = any(
+        ((p.get("spec") or {}).get("toolkit") or {}).get("enabled", True) is not False for p in policies or []
+    )
+    out = []
+    for node, name in zip(nodes, names, strict=True):
+        findings = list(node_allocatable_findings(node))
+        findings.extend(f for target, f in per_slice if target in (None, name))
+        findings.extend(policy_findings)
+        files = node_files.get(name)
+        notes = []
+        if files is not None and "result" in files:
+            node_level = files["result"]
+            findings.extend(node_level["findings"])
+            notes.extend(node_level.get("notes") or [])
+            source = files.get("source", "node files")
+        elif files is not None:
+            source = files.get("source", "node files")
+            findings.append(finding(
+                UNVERIFIABLE, "node-files", name,
+                f"the node files of {name} could not be read ({source}): {files.get('error')}",
+                "make the node reachable (inventory group gpu_nodes) or fix bcd_node_roots",
+            ))
+        else:
+            source = "not read"
+            if operator_mode:
+                if not policies:
+                    findings.append(finding(
+                        UNVERIFIABLE, "no-evidence", name,
+                        f"node files of {name} were not read and the cluster has no GPU operator ClusterPolicy to "
+                        "stand in for them.",
+                        "install the GPU operator, or set bcd_nvidia_toolkit: packages and list the node in "
+                        "inventory group gpu_nodes (or bcd_node_roots)",
+                    ))
+                elif not toolkit_by_operator:
+                    findings.append(finding(
+                        UNVERIFIABLE, "no-evidence", name,
+                        f"node files of {name} were not read and the ClusterPolicy does not manage the toolkit "
+                        "(spec.toolkit.enabled=false), so it proves nothing about the toolkit's configuration.",
+                        "set bcd_nvidia_toolkit: packages and list the node in inventory group gpu_nodes "
+                        "(or bcd_node_roots)",
+                    ))
+                else:
+                    notes.append(
+                        "node files were NOT read: the ClusterPolicy (device plugin off, toolkit env false, CDI on, "
+                        "NRI off) is the evidence for this node"
+                    )
+            else:
+                findings.append(finding(
+                    UNVERIFIABLE, "no-node-access", name,
+                    f"node files of {name} were not read: with bcd_nvidia_toolkit {mode} only the node's own files "
+                    "can show what its toolkit accepts.",
+                    "list the node in inventory group gpu_nodes (reached over SSH), or give its collected root in "
+                    "bcd_node_roots",
+                ))
+        out.append({
+            "name": name,
+            "verdict": verdict_of(findings),
+            "findings": findings,
+            "node_files": source,
+            "notes": notes,
+        })
+    return {
+        "nodes": out,
+        "cluster_findings": policy_findings + [f for _, f in per_slice],
+    }
+
+
+def summary(nodes: list[dict]) -> dict:
+    counts = {v: 0 for v in VERDICTS}
+    for n in nodes:
+        counts[n["verdict"]] += 1
+    return counts
+
+
+def table(nodes: list[dict]) -> list[str]:
+    """A per-node table, one line per node and one indented line per finding."""
+    if not nodes:
+        return ["(no node selected)"]
+    width = max(len("NODE"), *(len(n["name"]) for n in nodes))
+    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  NODE FILES"]
+    for n in nodes:
+        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('node_files', '')}")
+        for f in n["findings"]:
+            lines.append(f"  - [{f['status']}] {f['where']}: {f['message']}")
+            lines.append(f"      fix: {f['fix']}")
+        for note in n.get("notes") or []:
+            lines.append(f"  - [note] {note}")
+    return lines
