@@ -416,6 +416,10 @@ class Inventory(BaseModel):
     bcd_join_secret_out: str | None = None
     bcd_report_out: str | None = None
     bcd_node_root: str | None = None
+    # GPU isolation (gpu_stack): where node files come from when Ansible does not log in to a node.
+    bcd_node_roots: dict[str, str] = Field(default_factory=dict)
+    # On a host of inventory group gpu_nodes: the Kubernetes Node it is (default: its inventory name).
+    bcd_node_name: str | None = None
 
     # rollout.yml (issue: scheduled rollouts).
     bcd_rollout_canary: int = Field(default=1, ge=0, le=10000)
@@ -565,6 +569,25 @@ class Inventory(BaseModel):
             raise ValueError("must be a file path")
         return v
 
+    @field_validator("bcd_node_roots", mode="before")
+    @classmethod
+    def _node_roots(cls, v: Any) -> dict[str, str]:
+        """Node name -> the directory holding that node's collected root filesystem."""
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError("must be a mapping of Node name to the directory holding that node's files, such as {gpu-node-1: /srv/collected/gpu-node-1}")
+        for name, path in v.items():
+            check_dns_subdomain(name)
+            if not isinstance(path, str) or not path.strip() or "\0" in path:
+                raise ValueError(f"the directory of {name!r} must be a path")
+        return v
+
+    @field_validator("bcd_node_name")
+    @classmethod
+    def _node_name(cls, v: str | None) -> str | None:
+        return None if v is None else check_dns_subdomain(v)
+
     @field_validator("bcd_rollout_max_unavailable", mode="before")
     @classmethod
     def _max_unavailable(cls, v: Any) -> int | str:
@@ -679,6 +702,48 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
                 msg = "must be " + msg
         lines.append(f"INVALID_CONFIG: {_path(loc) or 'inventory'}: {msg}")
     return lines
+
+
+def load_some(variables: dict, names: tuple[str, ...]) -> Any:
+    """Validate only the variables ``names`` (with the model's own rules), for playbooks that
+    need a few of them (gpu-stack.yml and doctor.yml run without bcd_image, bcd_pins, ...).
+
+    ``variables``: as for :func:`load`. Variables of the model outside ``names`` are left
+    alone; a ``bcd_*`` name the model does not know is refused (with a did-you-mean), as by
+    :func:`load`. Returns an object with one attribute per name (defaults filled in). Raises
+    :class:`ConfigError`. Rules across variables are not checked here; :func:`load` checks them.
+    """
+    from pydantic import create_model
+
+    if not isinstance(variables, dict):
+        raise ConfigError(["INVALID_CONFIG: inventory: the bcd_* variables must be a mapping"])
+    lines = []
+    for k in sorted(variables, key=str):
+        if not isinstance(k, str) or not k.startswith("bcd_"):
+            lines.append(f"INVALID_CONFIG: {k}: not a bcd_* variable")
+        elif k not in KNOWN_VARIABLES:
+            close = difflib.get_close_matches(k, KNOWN_VARIABLES, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            lines.append(f"INVALID_CONFIG: {k}: unknown variable (a typo is never ignored){hint}")
+    fields = {n: (Inventory.model_fields[n].annotation, Inventory.model_fields[n]) for n in names}
+    validators = {}
+    for dname, dec in Inventory.__pydantic_decorators__.field_validators.items():
+        chosen = [f for f in dec.info.fields if f in names]
+        if chosen:
+            fn = getattr(dec.func, "__func__", dec.func)
+            validators[dname] = field_validator(*chosen, mode=dec.info.mode)(classmethod(fn))
+    subset = create_model(
+        "InventorySubset", __config__=ConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True),
+        __validators__=validators, **fields,
+    )
+    out = None
+    try:
+        out = subset.model_validate({k: v for k, v in variables.items() if k in names})
+    except ValidationError as exc:
+        lines.extend(_lines(exc))
+    if lines:
+        raise ConfigError(lines)
+    return out
 
 
 def load(variables: dict, required: tuple[str, ...] = ()) -> Inventory:
