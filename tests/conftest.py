@@ -13,3 +13,38 @@ if str(MODULE_UTILS) not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(MODULE_UTILS))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+# --- sandbox fixture (issue 3) -------------------------------------------------------------------
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """The session's sandbox (``sandbox.api.Sandbox``): ``$SANDBOX_DIR``, else ``<repo>/.sandbox-test``.
+
+    Brought up when it is not up (``SANDBOX_NODES`` GPU nodes, default 3; a sandbox with a stopped
+    component is repaired) and brought down at the end only when this fixture created it. While it
+    runs, ``SANDBOX_DIR`` points at it, so subprocesses (``python -m sandbox``, ansible-playbook
+    with inventories/sandbox) find it.
+    """
+    from sandbox.api import Sandbox
+
+    sdir = Path(os.environ.get("SANDBOX_DIR") or ROOT / ".sandbox-test")
+    sb = Sandbox(sdir)
+    created = sb.state_or_none() is None
+    if created or not sb.is_up():
+        sb.up()
+    previous = os.environ.get("SANDBOX_DIR")
+    os.environ["SANDBOX_DIR"] = str(sb.dir)
+    try:
+        yield sb
+    finally:
+        if previous is None:
+            os.environ.pop("SANDBOX_DIR", None)
+        else:
+            os.environ["SANDBOX_DIR"] = previous
+        if created:
+            sb.down()

@@ -1,0 +1,156 @@
+"""A small Python handle on a sandbox, for tests and playbook tests.
+
+    from sandbox.api import Sandbox
+    sb = Sandbox()                 # $SANDBOX_DIR, else <repo>/.sandbox
+    sb.up()                        # idempotent; python -m sandbox up
+    sb.kubectl("get", "nodes")     # CompletedProcess, --kubeconfig added, check=True
+    core = kubernetes.client.CoreV1Api(sb.api_client())
+    sb.add_nodes(2)                # -> ["gpu-node-4", "gpu-node-5"], Ready
+    sb.control_plane_vars()        # <dir>/control-plane.yml, written by the emulator
+    sb.down()
+
+The pytest fixture ``sandbox`` (tests/conftest.py) yields one of these for the session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sandbox import cluster, proc
+
+
+class NotUp(RuntimeError):
+    """The sandbox is not up (no state, a component stopped, or the API not ready)."""
+
+
+@dataclass
+class Sandbox:
+    """The sandbox whose state directory is ``dir`` (default: ``sandbox.proc.sandbox_dir()``)."""
+
+    dir: Path = field(default_factory=proc.sandbox_dir)
+
+    def __post_init__(self) -> None:
+        self.dir = Path(self.dir).resolve()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def up(self, nodes: int | None = None) -> Sandbox:
+        """Bring the sandbox up (idempotent): ``nodes`` GPU nodes, default ``SANDBOX_NODES`` or 3."""
+        cluster.up(self.dir, nodes=nodes)
+        return self
+
+    def down(self) -> None:
+        """Stop everything the sandbox started and remove its directory; raise if something stayed."""
+        problems = cluster.down(self.dir)
+        if problems:
+            raise RuntimeError("\n".join(problems))
+
+    def is_up(self) -> bool:
+        """Every component runs and the API server is ready (the emulator is not checked)."""
+        return cluster.status(self.dir)[0]
+
+    def status(self) -> dict[str, Any]:
+        return cluster.status(self.dir)[1]
+
+    # -- facts ------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (``<dir>/kubeconfig``, 0600)."""
+        return self.dir / "kubeconfig"
+
+    @property
+    def state(self) -> dict[str, Any]:
+        state = cluster.load_state(self.dir)
+        if state is None:
+            raise NotUp(f"sandbox: no sandbox at {self.dir}")
+        return state
+
+    def state_or_none(self) -> dict[str, Any] | None:
+        """The saved state, or None when there is no sandbox at ``dir``."""
+        return cluster.load_state(self.dir)
+
+    @property
+    def server(self) -> str:
+        """The API server URL, ``https://127.0.0.1:<port>``."""
+        return f"https://127.0.0.1:{self.state['ports']['apiserver']}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The cluster CA certificate (PEM)."""
+        return self.dir / "pki" / "ca.crt"
+
+    @property
+    def kubectl_path(self) -> Path:
+        return Path(self.state["binaries"]["kubectl"])
+
+    def nodes(self) -> list[dict]:
+        """Every simulated node: ``{"name", "labels", "ready", "gpu"}``."""
+        return cluster.list_nodes(self.dir)
+
+    def node_names(self) -> list[str]:
+        return sorted(n["name"] for n in self.nodes())
+
+    def gpu_node_names(self) -> list[str]:
+        """Names of the GPU nodes (label ``nvidia.com/gpu.present=true``), sorted by number."""
+        return sorted((n["name"] for n in self.nodes() if n["gpu"]), key=cluster.gpu_index)
+
+    def cpu_node_names(self) -> list[str]:
+        return sorted(n["name"] for n in self.nodes() if not n["gpu"])
+
+    # -- clients ----------------------------------------------------------------------------
+
+    def api_client(self):
+        """A ``kubernetes.client.ApiClient`` authenticated as the admin (close it, or use ``with``)."""
+        return cluster.api_client(self.dir)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the sandbox's kubectl with ``--kubeconfig <dir>/kubeconfig``; text output captured."""
+        return subprocess.run([str(self.kubectl_path), f"--kubeconfig={self.kubeconfig}", *args],
+                              input=input, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (ansible-playbook, kubectl) that should use this sandbox."""
+        path = os.pathsep.join([str(self.kubectl_path.parent), os.environ.get("PATH", "")])
+        return {**os.environ, "SANDBOX_DIR": str(self.dir), "KUBECONFIG": str(self.kubeconfig), "PATH": path}
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def add_nodes(self, count: int) -> list[str]:
+        """Add ``count`` GPU nodes (``gpu-node-K`` after the highest); return their names once Ready."""
+        return cluster.add_nodes(self.dir, count)
+
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None, timeout: float = 60) -> None:
+        """Create namespace ``name`` and wait until its ``default`` ServiceAccount exists (pods
+        created before that are refused by the ServiceAccount admission plugin)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    core.read_namespaced_service_account("default", name)
+                    return
+                except ApiException as exc:
+                    if exc.status != 404 or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.2)
+
+    def control_plane_vars(self) -> dict[str, Any]:
+        """The inventory variables the control-plane emulator wrote to ``<dir>/control-plane.yml``."""
+        path = self.dir / "control-plane.yml"
+        try:
+            return yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise NotUp(f"sandbox: {path} does not exist (is the control-plane emulator running?)") from None

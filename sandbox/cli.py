@@ -1,0 +1,89 @@
+"""``python -m sandbox up|down|status|build|env|add-nodes N``: the sandbox's command line.
+
+Exit status 0 on success; 1 when a component fails to start (named, with the end of its log), a
+build fails, ``status`` finds the sandbox not up, or ``down`` leaves something behind.
+The sandbox directory is ``$SANDBOX_DIR`` (default ``<repo>/.sandbox``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sandbox import build, cluster, proc
+
+
+def _status(args) -> int:
+    ok, report = cluster.status()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0 if ok else 1
+    print(f"sandbox {report['dir']}: {'up' if ok else 'NOT up'}")
+    if "error" in report:
+        print(f"  {report['error']}")
+        return 1
+    for name, comp in report["components"].items():
+        print(f"  {name:<24} {'running' if comp['running'] else 'stopped':<8} "
+              f"{'pid ' + str(comp['pid']) if comp['pid'] else ''}")
+    api = report["api"] or {}
+    if api.get("ready"):
+        print(f"  API server {api['url']}: ready, {api.get('version')}")
+    else:
+        print(f"  API server: not ready {api.get('error', '')}".rstrip())
+    nodes = report["nodes"]
+    if nodes:
+        print(f"  nodes: {nodes['total']} ({nodes['ready']} Ready; {nodes['gpu']} GPU, {nodes['cpu']} CPU-only)")
+    cp = report["control_plane"]
+    if cp == {"installed": False}:
+        print("  control-plane emulator: not installed (sandbox/control_plane/service.py missing)")
+    else:
+        print(f"  control-plane emulator: {json.dumps(cp, default=str)}")
+    print(f"  kubeconfig: {report['kubeconfig']}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="start the sandbox (idempotent); SANDBOX_NODES GPU nodes (default 3)")
+    p_up.add_argument("--nodes", type=int, help="GPU nodes to ensure (overrides SANDBOX_NODES)")
+    sub.add_parser("down", help="stop every process the sandbox started and remove its directory")
+    p_st = sub.add_parser("status", help="components, API health, nodes; exit 1 when not up")
+    p_st.add_argument("--json", action="store_true", help="print the report as JSON")
+    p_b = sub.add_parser("build", help="find or build the pinned binaries into the cache")
+    p_b.add_argument("--force", action="store_true", help="rebuild into the cache even if a match exists")
+    sub.add_parser("env", help="print shell exports for PATH (kubectl) and KUBECONFIG")
+    p_add = sub.add_parser("add-nodes", help="add N more GPU nodes to the running sandbox")
+    p_add.add_argument("count", type=int)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.cmd == "up":
+            if args.nodes is not None and args.nodes < 1:
+                parser.error("--nodes must be a positive integer")
+            cluster.up(nodes=args.nodes)
+        elif args.cmd == "down":
+            problems = cluster.down()
+            for p in problems:
+                print(p, file=sys.stderr)
+            return 1 if problems else 0
+        elif args.cmd == "status":
+            return _status(args)
+        elif args.cmd == "build":
+            paths = build.resolve(force=args.force)
+            print(build.describe(paths))
+        elif args.cmd == "env":
+            print("\n".join(cluster.env_lines()))
+        elif args.cmd == "add-nodes":
+            if args.count < 1:
+                parser.error("count must be a positive integer")
+            names = cluster.add_nodes(proc.sandbox_dir(), args.count)
+            print(f"sandbox: added {', '.join(names)} (Ready)")
+    except (proc.StartError, build.BuildError, cluster.UsageError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("sandbox: interrupted; `python -m sandbox down` stops what was started", file=sys.stderr)
+        return 130
+    return 0

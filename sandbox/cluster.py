@@ -1,0 +1,726 @@
+"""The sandbox cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK.
+
+Everything lives in the sandbox directory ``<dir>`` (``sandbox.proc.sandbox_dir()``):
+
+* ``state.json``: the ports chosen at the first ``up`` (free ports on 127.0.0.1), the binaries
+  used, the node count and whether the audit log is on;
+* ``kubeconfig``: the admin kubeconfig (user ``kubernetes-admin`` in ``system:masters``), 0600;
+* ``pki/``: the CA, certificates, ServiceAccount keys and the components' kubeconfigs
+  (:mod:`sandbox.pki`); ``etcd/``: etcd's data; ``logs/<component>.log``; ``pids/``;
+  ``logs/audit.log`` when the audit log is on (``SANDBOX_AUDIT=1``, metadata level).
+
+:func:`up` is idempotent: it starts whichever component is not running (reusing the saved ports
+and data), waits until each is healthy, then makes sure the nodes and cluster objects exist and
+the control-plane emulator runs. A component that dies or never turns healthy raises
+:class:`sandbox.proc.StartError` naming it with the end of its log. :func:`down` stops every
+process the sandbox started, by pid, and removes the directory.
+
+Nodes (created by :func:`ensure_nodes` and :func:`add_nodes`, managed by KWOK):
+``gpu-node-1`` .. ``gpu-node-N`` (``SANDBOX_NODES``, default 3) labelled as the GPU operator's
+feature discovery labels an H100 node, with ``nvidia.com/gpu: 8`` in capacity but not in
+allocatable (no device plugin: GPU isolation), and one CPU-only node ``cpu-node-1``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import http.client
+import importlib
+import importlib.util
+import ipaddress
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sandbox import build, pki, proc
+
+ROOT = Path(__file__).resolve().parent
+KWOK_CONFIG = ROOT / "kwok" / "kwok.yaml"
+MANIFESTS = ROOT / "manifests"
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+STOP_ORDER = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+PORTS = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler")
+
+CLUSTER_NAME = "bcd-sandbox"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+GPU_PREFIX = "gpu-node-"
+CPU_NODES = ("cpu-node-1",)
+GPU_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.memory": "81559",
+}
+GPU_SELECTOR = "nvidia.com/gpu.present=true"
+KWOK_SELECTOR = "type=kwok"
+DEFAULT_NODES = 3
+
+# How long each component may take to turn healthy, in seconds.
+TIMEOUTS = {"etcd": 60, "kube-apiserver": 180, "kube-controller-manager": 90, "kube-scheduler": 90, "kwok": 30}
+
+
+class UsageError(RuntimeError):
+    """Bad input from the environment or the command line; the message names it."""
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def state_path(sdir: Path) -> Path:
+    return sdir / "state.json"
+
+
+def load_state(sdir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(state_path(sdir).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_state(sdir: Path, state: dict[str, Any]) -> None:
+    tmp = state_path(sdir).with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    tmp.replace(state_path(sdir))
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (all held open while choosing)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def requested_nodes() -> int | None:
+    """``SANDBOX_NODES`` as a positive integer, or None when unset."""
+    raw = os.environ.get("SANDBOX_NODES", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise UsageError(f"SANDBOX_NODES: must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def requested_audit(state: dict[str, Any] | None) -> bool:
+    raw = os.environ.get("SANDBOX_AUDIT")
+    if raw is None or raw == "":
+        return bool(state and state.get("audit"))
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
+def kubeconfig_text(server: str, pki_dir: Path, cert: str, user: str) -> str:
+    """A kubeconfig with the CA, client certificate and key embedded (so it is 0600)."""
+    import base64
+
+    def b64(name: str) -> str:
+        return base64.b64encode((pki_dir / name).read_bytes()).decode()
+
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")}}],
+        "users": [{"name": user, "user": {"client-certificate-data": b64(f"{cert}.crt"),
+                                          "client-key-data": b64(f"{cert}.key")}}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": user}}],
+        "current-context": CLUSTER_NAME,
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _write_configs(sdir: Path, state: dict[str, Any]) -> None:
+    p = sdir / "pki"
+    server = f"https://127.0.0.1:{state['ports']['apiserver']}"
+    _write_private(sdir / "kubeconfig", kubeconfig_text(server, p, "admin", "kubernetes-admin"))
+    for cert, user in (("kube-controller-manager", "system:kube-controller-manager"),
+                       ("kube-scheduler", "system:kube-scheduler"), ("kwok", pki.KWOK_USER)):
+        _write_private(p / f"{cert}.kubeconfig", kubeconfig_text(server, p, cert, user))
+    scheduler = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(p / "kube-scheduler.kubeconfig"), "qps": 200, "burst": 400},
+        "leaderElection": {"leaderElect": False},
+    }
+    (sdir / "kube-scheduler.yaml").write_text(yaml.safe_dump(scheduler, sort_keys=False))
+    audit = {
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata"}],
+    }
+    (sdir / "audit-policy.yaml").write_text(yaml.safe_dump(audit, sort_keys=False))
+
+
+# ---------------------------------------------------------------------------- components
+
+
+def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
+    """The command line of component ``name``."""
+    b = state["binaries"]
+    ports = state["ports"]
+    p = sdir / "pki"
+    if name == "etcd":
+        client = f"https://127.0.0.1:{ports['etcd_client']}"
+        peer = f"https://127.0.0.1:{ports['etcd_peer']}"
+        return [
+            b["etcd"], "--name=sandbox", f"--data-dir={sdir / 'etcd'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=sandbox={peer}", "--initial-cluster-state=new",
+            f"--cert-file={p / 'etcd.crt'}", f"--key-file={p / 'etcd.key'}",
+            f"--trusted-ca-file={p / 'ca.crt'}", "--client-cert-auth",
+            f"--peer-cert-file={p / 'etcd.crt'}", f"--peer-key-file={p / 'etcd.key'}",
+            f"--peer-trusted-ca-file={p / 'ca.crt'}", "--peer-client-cert-auth",
+            # A disposable test bed: skip fsync, it costs seconds per write burst on shared disks.
+            "--unsafe-no-fsync", "--log-level=warn",
+        ]
+    if name == "kube-apiserver":
+        args = [
+            b["kube-apiserver"], "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}", f"--cert-dir={p / 'apiserver-generated'}",
+            f"--etcd-servers=https://127.0.0.1:{ports['etcd_client']}", f"--etcd-cafile={p / 'ca.crt'}",
+            f"--etcd-certfile={p / 'apiserver-etcd-client.crt'}", f"--etcd-keyfile={p / 'apiserver-etcd-client.key'}",
+            f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            # Added to the default set (which includes PodSecurity, ServiceAccount, ...).
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={p / 'sa.pub'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--profiling=false",
+        ]
+        if state.get("audit"):
+            args += [f"--audit-policy-file={sdir / 'audit-policy.yaml'}",
+                     f"--audit-log-path={sdir / 'logs' / 'audit.log'}", "--audit-log-maxsize=0",
+                     "--audit-log-format=json"]
+        return args
+    if name == "kube-controller-manager":
+        kc = p / "kube-controller-manager.kubeconfig"
+        return [
+            b["kube-controller-manager"], f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",
+            f"--tls-cert-file={p / 'kube-controller-manager-serving.crt'}",
+            f"--tls-private-key-file={p / 'kube-controller-manager-serving.key'}",
+            f"--client-ca-file={p / 'ca.crt'}", f"--requestheader-client-ca-file={p / 'ca.crt'}",
+            f"--service-account-private-key-file={p / 'sa.key'}", f"--root-ca-file={p / 'ca.crt'}",
+            f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
+            "--use-service-account-credentials=true", f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
+            "--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=400", "--profiling=false",
+        ]
+    if name == "kube-scheduler":
+        kc = p / "kube-scheduler.kubeconfig"
+        return [
+            b["kube-scheduler"], f"--config={sdir / 'kube-scheduler.yaml'}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}",
+            f"--tls-cert-file={p / 'kube-scheduler-serving.crt'}",
+            f"--tls-private-key-file={p / 'kube-scheduler-serving.key'}",
+            f"--client-ca-file={p / 'ca.crt'}", f"--requestheader-client-ca-file={p / 'ca.crt'}",
+        ]
+    if name == "kwok":
+        return [b["kwok"], f"--kubeconfig={p / 'kwok.kubeconfig'}", f"--config={KWOK_CONFIG}"]
+    raise KeyError(name)
+
+
+def _tls(sdir: Path, client: str | None = "admin") -> ssl.SSLContext:
+    """A strict TLS context trusting only the sandbox CA, with a client certificate."""
+    p = sdir / "pki"
+    ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+    if client:
+        ctx.load_cert_chain(str(p / f"{client}.crt"), str(p / f"{client}.key"))
+    return ctx
+
+
+def https_get(sdir: Path, port: int, path: str, client: str | None = "admin", timeout: float = 3.0) -> tuple[int, str]:
+    """GET ``https://127.0.0.1:<port><path>`` over strict TLS; (status, body)."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(sdir, client), timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def healthy(name: str, sdir: Path, state: dict[str, Any]) -> bool:
+    """Whether component ``name`` answers its health check (KWOK: whether it runs)."""
+    ports = state["ports"]
+    checks = {
+        "etcd": (ports["etcd_client"], "/health", "apiserver-etcd-client"),
+        "kube-apiserver": (ports["apiserver"], "/readyz", "admin"),
+        "kube-controller-manager": (ports["controller_manager"], "/healthz", None),
+        "kube-scheduler": (ports["scheduler"], "/healthz", None),
+    }
+    if name not in checks:
+        return proc.running(sdir, name)
+    port, path, client = checks[name]
+    try:
+        status, body = https_get(sdir, port, path, client)
+    except (OSError, ssl.SSLError, http.client.HTTPException):
+        return False
+    if name == "etcd":
+        return status == 200 and '"health":"true"' in body.replace(" ", "")
+    return status == 200 and body.strip() == "ok"
+
+
+def _wait_healthy(name: str, sdir: Path, state: dict[str, Any]) -> None:
+    deadline = time.monotonic() + TIMEOUTS[name]
+    while True:
+        proc.ensure_running(sdir, name)
+        if healthy(name, sdir, state):
+            return
+        if time.monotonic() > deadline:
+            raise proc.StartError(
+                f"sandbox: {name} did not turn healthy within {TIMEOUTS[name]}s; the end of "
+                f"{sdir / 'logs' / (name + '.log')}:\n{proc.log_tail(sdir, name)}")
+        time.sleep(0.25)
+
+
+def _start(name: str, sdir: Path, state: dict[str, Any]) -> bool:
+    """Start ``name`` unless it runs; return whether it was started."""
+    if proc.running(sdir, name):
+        return False
+    (sdir / "logs").mkdir(parents=True, exist_ok=True)
+    with open(sdir / "logs" / f"{name}.log", "a") as log:
+        log.write(f"--- sandbox: starting {name} at {datetime.datetime.now().isoformat(timespec='seconds')}\n")
+    proc.spawn(sdir, name, argv(name, sdir, state))
+    return True
+
+
+# ---------------------------------------------------------------------------- Kubernetes objects
+
+
+def api_client(sdir: Path, pool: int = 32):
+    """A ``kubernetes.client.ApiClient`` for the admin kubeconfig of the sandbox at ``sdir``."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(sdir / "kubeconfig"), client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool
+    return client.ApiClient(cfg)
+
+
+def _create(api, create, body: dict, **kw) -> bool:
+    """Call ``create(body=...)``; False when the object already exists (HTTP 409)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        create(body=body, _preload_content=False, **kw)
+        return True
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+
+
+def _manifest(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+def ensure_rbac(sdir: Path) -> None:
+    """KWOK's ClusterRole, binding and FlowSchema (sandbox/manifests/kwok-rbac.yaml)."""
+    from kubernetes import client
+
+    api = api_client(sdir)
+    with api:
+        rbac = client.RbacAuthorizationV1Api(api)
+        flow = client.FlowcontrolApiserverV1Api(api)
+        creators = {"ClusterRole": rbac.create_cluster_role, "ClusterRoleBinding": rbac.create_cluster_role_binding,
+                    "FlowSchema": flow.create_flow_schema}
+        for doc in _manifest("kwok-rbac.yaml"):
+            _create(api, creators[doc["kind"]], doc)
+
+
+def ensure_objects(sdir: Path) -> None:
+    """RuntimeClass ``nvidia``, the ClusterPolicy CRD and ``cluster-policy``, created when absent.
+
+    An existing object is left as it is (tests and playbooks change the ClusterPolicy).
+    """
+    from kubernetes import client
+
+    api = api_client(sdir)
+    with api:
+        _create(api, client.NodeV1Api(api).create_runtime_class, _manifest("runtimeclass.yaml")[0])
+        ext = client.ApiextensionsV1Api(api)
+        crd = _manifest("clusterpolicy-crd.yaml")[0]
+        _create(api, ext.create_custom_resource_definition, crd)
+        deadline = time.monotonic() + 60
+        while True:
+            got = ext.read_custom_resource_definition(crd["metadata"]["name"])
+            conds = {c.type: c.status for c in (got.status.conditions or [])}
+            if conds.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise proc.StartError(f"sandbox: CRD {crd['metadata']['name']} not Established after 60s: {conds}")
+            time.sleep(0.2)
+        custom = client.CustomObjectsApi(api)
+        policy = _manifest("cluster-policy.yaml")[0]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                created = _create(api, custom.create_cluster_custom_object, policy,
+                                  group="nvidia.com", version="v1", plural="clusterpolicies")
+                break
+            except client.exceptions.ApiException as exc:
+                # The CRD is established but its REST endpoint may take a moment to be served.
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        if created:
+            custom.patch_cluster_custom_object_status(
+                "nvidia.com", "v1", "clusterpolicies", policy["metadata"]["name"],
+                {"status": {"state": "ready", "namespace": "gpu-operator"}})
+
+
+def node_ip(name: str) -> str:
+    """A node's InternalIP: ``gpu-node-K`` is 10.1.0.0 + K, any other ``…-K`` 10.2.0.0 + K."""
+    m = re.search(r"-(\d+)$", name)
+    index = int(m.group(1)) if m else 0
+    return str(ipaddress.ip_address("10.1.0.0" if name.startswith(GPU_PREFIX) else "10.2.0.0") + index)
+
+
+def node_body(name: str, gpu: bool, kube_version: str) -> dict:
+    """The Node object of a simulated node, created with its status (KWOK keeps capacity and
+    allocatable as given). GPU nodes carry ``nvidia.com/gpu`` in capacity only."""
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "type": "kwok"}
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    if gpu:
+        labels.update(GPU_LABELS)
+        capacity = {"cpu": "208", "memory": "2Ti", "pods": "110", "ephemeral-storage": "4Ti"}
+    allocatable = dict(capacity)
+    if gpu:
+        capacity["nvidia.com/gpu"] = "8"
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {FAKE_NODE_ANNOTATION[0]: FAKE_NODE_ANNOTATION[1],
+                                     "node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": node_ip(name)}, {"type": "Hostname", "address": name}],
+            "capacity": capacity, "allocatable": allocatable,
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": kube_version,
+                         "kubeProxyVersion": "", "containerRuntimeVersion": "containerd://2.1.4",
+                         "kernelVersion": "6.8.0-sandbox", "osImage": "Ubuntu 24.04.2 LTS (simulated by KWOK)",
+                         "machineID": "", "systemUUID": "", "bootID": ""},
+        },
+    }
+
+
+def create_nodes(sdir: Path, names: list[str], workers: int = 16) -> list[str]:
+    """Create the nodes ``names`` (``gpu-…`` GPU, others CPU-only) concurrently; return those created."""
+    from kubernetes import client
+
+    version = "v" + build.version_of(build.BY_NAME["kube-apiserver"])
+    api = api_client(sdir, pool=workers)
+    with api:
+        core = client.CoreV1Api(api)
+
+        def one(name: str) -> str | None:
+            body = node_body(name, name.startswith(GPU_PREFIX), version)
+            return name if _create(api, core.create_node, body) else None
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            return [n for n in pool.map(one, names) if n]
+
+
+def list_nodes(sdir: Path) -> list[dict]:
+    """Every node of the sandbox that KWOK simulates, as dicts (name, labels, ready, ...)."""
+    from kubernetes import client
+
+    api = api_client(sdir)
+    with api:
+        resp = client.CoreV1Api(api).list_node(label_selector=KWOK_SELECTOR, _preload_content=False)
+        items = json.loads(resp.data)["items"]
+    out = []
+    for item in items:
+        conds = {c["type"]: c["status"] for c in item.get("status", {}).get("conditions") or []}
+        out.append({"name": item["metadata"]["name"], "labels": item["metadata"].get("labels", {}),
+                    "ready": conds.get("Ready") == "True",
+                    "gpu": item["metadata"].get("labels", {}).get("nvidia.com/gpu.present") == "true"})
+    return out
+
+
+def wait_nodes_ready(sdir: Path, names: list[str], timeout: float | None = None) -> None:
+    timeout = timeout or 60 + 0.2 * len(names)
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    while True:
+        proc.ensure_running(sdir, "kwok")
+        ready = {n["name"] for n in list_nodes(sdir) if n["ready"]}
+        if wanted <= ready:
+            return
+        if time.monotonic() > deadline:
+            missing = sorted(wanted - ready)
+            raise proc.StartError(
+                f"sandbox: {len(missing)} node(s) not Ready after {int(timeout)}s: {', '.join(missing[:10])}; "
+                f"the end of {sdir / 'logs' / 'kwok.log'}:\n{proc.log_tail(sdir, 'kwok')}")
+        time.sleep(0.5)
+
+
+def gpu_index(name: str) -> int:
+    m = re.fullmatch(re.escape(GPU_PREFIX) + r"(\d+)", name)
+    return int(m.group(1)) if m else 0
+
+
+def ensure_nodes(sdir: Path, gpu_nodes: int) -> None:
+    """Make sure ``gpu-node-1..gpu_nodes`` and the CPU node exist and are Ready."""
+    names = [f"{GPU_PREFIX}{i}" for i in range(1, gpu_nodes + 1)] + list(CPU_NODES)
+    start = time.monotonic()
+    created = create_nodes(sdir, names)
+    if created:
+        say(f"sandbox: created {len(created)} node(s) in {time.monotonic() - start:.1f}s")
+    wait_nodes_ready(sdir, names)
+
+
+def add_nodes(sdir: Path, count: int) -> list[str]:
+    """Add ``count`` GPU nodes after the highest ``gpu-node-K``; wait until Ready; return their names."""
+    if count < 1:
+        raise UsageError("add-nodes: count must be a positive integer")
+    state = _require_state(sdir)
+    top = max([gpu_index(n["name"]) for n in list_nodes(sdir)] + [0])
+    names = [f"{GPU_PREFIX}{i}" for i in range(top + 1, top + 1 + count)]
+    create_nodes(sdir, names)
+    wait_nodes_ready(sdir, names)
+    state["gpu_nodes"] = max(state.get("gpu_nodes", 0), top + count)
+    save_state(sdir, state)
+    return names
+
+
+def _wait_default_sa(sdir: Path, timeout: float = 60) -> None:
+    """Wait until the ServiceAccount controller made ``default/default`` (pods need it)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = api_client(sdir)
+    deadline = time.monotonic() + timeout
+    with api:
+        core = client.CoreV1Api(api)
+        while True:
+            try:
+                core.read_namespaced_service_account("default", "default", _preload_content=False)
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            proc.ensure_running(sdir, "kube-controller-manager")
+            if time.monotonic() > deadline:
+                raise proc.StartError(
+                    "sandbox: kube-controller-manager made no default ServiceAccount within "
+                    f"{timeout}s; the end of its log:\n{proc.log_tail(sdir, 'kube-controller-manager')}")
+            time.sleep(0.25)
+
+
+# ---------------------------------------------------------------------------- control-plane emulator
+
+
+def control_plane_service():
+    """``sandbox.control_plane.service`` when that module exists, else None (issue 4 adds it).
+
+    Only a missing module yields None; an error inside it propagates.
+    """
+    if importlib.util.find_spec("sandbox.control_plane") is None:
+        return None
+    if importlib.util.find_spec("sandbox.control_plane.service") is None:
+        return None
+    return importlib.import_module("sandbox.control_plane.service")
+
+
+CONTROL_PLANE_MISSING = ("sandbox: the control-plane emulator (sandbox/control_plane/service.py) is not "
+                         "there yet; the cluster runs without it")
+
+
+# ---------------------------------------------------------------------------- up / down / status
+
+
+def _require_state(sdir: Path) -> dict[str, Any]:
+    state = load_state(sdir)
+    if state is None:
+        raise proc.StartError(f"sandbox: no sandbox at {sdir} (run `python -m sandbox up`)")
+    return state
+
+
+def _is_sandbox_dir(sdir: Path) -> bool:
+    return sdir.is_dir() and not (sdir / ".git").exists() and (
+        (sdir / "state.json").exists() or (sdir / "pids").is_dir() or (sdir / "pki").is_dir())
+
+
+def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
+    """Bring the sandbox at ``sdir`` up (idempotent) and return its state.
+
+    ``nodes``: GPU nodes to ensure (default ``SANDBOX_NODES``, else the saved count, else 3).
+    Raises StartError / BuildError naming what failed.
+    """
+    sdir = Path(sdir or proc.sandbox_dir())
+    t0 = time.monotonic()
+    state = load_state(sdir)
+    if state is None and _is_sandbox_dir(sdir):
+        proc.stop_all(sdir, STOP_ORDER)  # leftovers of an up that died before saving its state
+    gpu_nodes = nodes or requested_nodes() or (state or {}).get("gpu_nodes") or DEFAULT_NODES
+    sdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(sdir, 0o700)
+
+    binaries = build.resolve(say=say)
+    audit = requested_audit(state)
+    if state is None:
+        state = {"version": 1, "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                 "ports": dict(zip(PORTS, _free_ports(len(PORTS)), strict=True))}
+    restart_apiserver = bool(state.get("audit")) != audit and proc.running(sdir, "kube-apiserver")
+    state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit,
+                 gpu_nodes=max(gpu_nodes, state.get("gpu_nodes", 0)), dir=str(sdir))
+    pki.ensure(sdir / "pki")
+    _write_configs(sdir, state)
+    save_state(sdir, state)
+    if restart_apiserver:
+        say(f"sandbox: restarting kube-apiserver to turn the audit log {'on' if audit else 'off'}")
+        proc.stop(sdir, "kube-apiserver")
+
+    for name in ("etcd", "kube-apiserver"):
+        if _start(name, sdir, state):
+            say(f"sandbox: started {name} (pid {proc.pid_of(sdir, name)})")
+        _wait_healthy(name, sdir, state)
+    ensure_rbac(sdir)
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        if _start(name, sdir, state):
+            say(f"sandbox: started {name} (pid {proc.pid_of(sdir, name)})")
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        _wait_healthy(name, sdir, state)
+    say(f"sandbox: control plane healthy after {time.monotonic() - t0:.1f}s")
+
+    ensure_nodes(sdir, state["gpu_nodes"])
+    ensure_objects(sdir)
+    _wait_default_sa(sdir)
+    service = control_plane_service()
+    if service is None:
+        say(CONTROL_PLANE_MISSING)
+    else:
+        service.start(sdir, sdir / "kubeconfig")
+    say(f"sandbox: up in {time.monotonic() - t0:.1f}s at {sdir}: {state['gpu_nodes']} GPU node(s) "
+        f"(gpu-node-1..{state['gpu_nodes']}) and {len(CPU_NODES)} CPU node(s), Kubernetes "
+        f"v{build.version_of(build.BY_NAME['kube-apiserver'])}")
+    say(f"export KUBECONFIG={sdir / 'kubeconfig'}")
+    return state
+
+
+def down(sdir: Path | None = None) -> list[str]:
+    """Stop the control-plane emulator and every process the sandbox started, remove ``sdir``.
+
+    Returns problems met on the way (an emulator that failed to stop, a process that survived);
+    the directory is kept when a process survived.
+    """
+    sdir = Path(sdir or proc.sandbox_dir())
+    problems: list[str] = []
+    if not sdir.exists():
+        say(f"sandbox: nothing at {sdir}")
+        return problems
+    if not _is_sandbox_dir(sdir):
+        return [f"sandbox: {sdir} does not look like a sandbox directory; not touching it"]
+    service = control_plane_service()
+    if service is not None:
+        try:
+            service.stop(sdir)
+        except Exception as exc:  # noqa: BLE001 - reported, and the rest must still be stopped
+            problems.append(f"sandbox: control-plane emulator failed to stop: {type(exc).__name__}: {exc}")
+    names = proc.names(sdir)
+    pids = {n: proc.pid_of(sdir, n) for n in names}
+    proc.stop_all(sdir, STOP_ORDER)
+    alive = [f"{n} (pid {pid})" for n, pid in pids.items() if pid is not None and _alive(pid)]
+    if alive:
+        problems.append(f"sandbox: still running after stop: {', '.join(alive)}; kept {sdir}")
+    else:
+        shutil.rmtree(sdir)
+        say(f"sandbox: stopped {', '.join(n for n, p in pids.items() if p) or 'nothing'}; removed {sdir}")
+    return problems
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def status(sdir: Path | None = None) -> tuple[bool, dict[str, Any]]:
+    """(up?, report): components with pid, API health and version, node counts, emulator status."""
+    sdir = Path(sdir or proc.sandbox_dir())
+    state = load_state(sdir)
+    report: dict[str, Any] = {"dir": str(sdir), "components": {}, "api": None, "nodes": None,
+                              "control_plane": None}
+    if state is None:
+        report["error"] = f"no sandbox at {sdir}"
+        return False, report
+    ok = True
+    for name in COMPONENTS:
+        pid = proc.pid_of(sdir, name)
+        report["components"][name] = {"running": pid is not None, "pid": pid}
+        ok = ok and pid is not None
+    try:
+        code, body = https_get(sdir, state["ports"]["apiserver"], "/version")
+        version = json.loads(body).get("gitVersion") if code == 200 else None
+        ready = healthy("kube-apiserver", sdir, state)
+        report["api"] = {"url": f"https://127.0.0.1:{state['ports']['apiserver']}", "ready": ready,
+                         "version": version}
+        ok = ok and ready
+    except (OSError, ssl.SSLError, http.client.HTTPException, ValueError) as exc:
+        report["api"] = {"ready": False, "error": str(exc)}
+        ok = False
+    if report["api"].get("ready"):
+        nodes = list_nodes(sdir)
+        report["nodes"] = {"total": len(nodes), "ready": sum(n["ready"] for n in nodes),
+                           "gpu": sum(n["gpu"] for n in nodes), "cpu": sum(not n["gpu"] for n in nodes)}
+        ok = ok and report["nodes"]["ready"] == report["nodes"]["total"] > 0
+    service = control_plane_service()
+    if service is None:
+        report["control_plane"] = {"installed": False}
+    else:
+        try:
+            report["control_plane"] = service.status(sdir)
+        except Exception as exc:  # noqa: BLE001 - shown in the report, and status exits non-zero
+            report["control_plane"] = {"error": f"{type(exc).__name__}: {exc}"}
+            ok = False
+    report["kubeconfig"] = str(sdir / "kubeconfig")
+    return ok, report
+
+
+def env_lines(sdir: Path | None = None) -> list[str]:
+    """Shell lines that put the cached binaries on PATH and point KUBECONFIG at the sandbox."""
+    sdir = Path(sdir or proc.sandbox_dir())
+    state = load_state(sdir) or {}
+    dirs = list(dict.fromkeys([str(Path(p).parent) for p in state.get("binaries", {}).values()]
+                              + [str(build.cache_dir())]))
+    return [f"export PATH={':'.join(dirs)}:$PATH", f"export KUBECONFIG={sdir / 'kubeconfig'}"]
