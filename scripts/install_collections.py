@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 # The `ansible` release on PyPI that ships each pinned collection version (its
 # ansible_collections/<ns>/<name>/MANIFEST.json says so; checked after extraction).
-PYPI_RELEASE = {("kubernetes.core", "6.2.0"): "12.3.0"}
+PYPI_RELEASE = {("kubernetes.core", "6.2.0"): "12.3.0", ("ansible.posix", "2.1.0"): "12.3.0"}
 
 
 def installed_version(dest: Path, name: str) -> str | None:
@@ -49,25 +49,30 @@ def from_galaxy(dest: Path) -> bool:
     return run.returncode == 0
 
 
-def from_pypi(dest: Path, name: str, version: str) -> None:
-    release = PYPI_RELEASE.get((name, version))
-    if release is None:
-        raise SystemExit(f"install_collections: no known `ansible` release on PyPI ships {name} {version}")
-    ns, coll = name.split(".")
-    prefix = f"ansible_collections/{ns}/{coll}/"
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             f"ansible=={release}", "-d", tmp],
-            check=True,
-        )
-        wheel = next(Path(tmp).glob("ansible-*.whl"))
-        target = dest / "ansible_collections" / ns / coll
-        shutil.rmtree(target, ignore_errors=True)
-        with zipfile.ZipFile(wheel) as zf:
-            for member in zf.namelist():
-                if member.startswith(prefix) and not member.endswith("/"):
-                    zf.extract(member, dest)
+def from_pypi(dest: Path, wanted: list[tuple[str, str]]) -> None:
+    releases: dict[str, list[str]] = {}
+    for name, version in wanted:
+        release = PYPI_RELEASE.get((name, version))
+        if release is None:
+            raise SystemExit(f"install_collections: no known `ansible` release on PyPI ships {name} {version}")
+        releases.setdefault(release, []).append(name)
+    for release, names in releases.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                 f"ansible=={release}", "-d", tmp],
+                check=True,
+            )
+            wheel = next(Path(tmp).glob("ansible-*.whl"))
+            with zipfile.ZipFile(wheel) as zf:
+                members = zf.namelist()
+                for name in names:
+                    ns, coll = name.split(".")
+                    prefix = f"ansible_collections/{ns}/{coll}/"
+                    shutil.rmtree(dest / "ansible_collections" / ns / coll, ignore_errors=True)
+                    for member in members:
+                        if member.startswith(prefix) and not member.endswith("/"):
+                            zf.extract(member, dest)
 
 
 def main() -> int:
@@ -82,8 +87,7 @@ def main() -> int:
         return 0
     if not from_galaxy(dest):
         print("install_collections: Galaxy did not answer; taking the collections from PyPI's `ansible` package")
-        for name, version in missing:
-            from_pypi(dest, name, version)
+        from_pypi(dest, missing)
     for name, version in wanted:
         got = installed_version(dest, name)
         if got != version:

@@ -1,7 +1,8 @@
-"""What every bcd-ansible module shares: loading the inventory model, failing cleanly.
+"""What every bcd-ansible module shares: loading the inventory model, failing cleanly, clients.
 
 A module never lets a Python traceback reach the operator: invalid input fails with the
-model's ``INVALID_CONFIG`` lines (one per problem, naming the variable and the rule).
+model's ``INVALID_CONFIG`` lines (one per problem, naming the variable and the rule), and
+control-plane or Kubernetes failures fail with one line naming the call and the cause.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 from ansible.module_utils.bcd_model import SECRET_VARIABLES, ConfigError, Inventory, load
 
 CONFIG_OPTION = {"type": "dict", "required": True}
+# Options of modules that reach the control plane and/or the cluster.
+API_KEY_OPTION = {"type": "str", "no_log": True}
+KUBE_OPTIONS = {"kubeconfig": {"type": "path"}, "context": {"type": "str"}}
 
 
 def inventory(module, required: tuple[str, ...] = ()) -> Inventory:
@@ -28,6 +32,41 @@ def inventory(module, required: tuple[str, ...] = ()) -> Inventory:
     except ConfigError as exc:
         module.fail_json(msg="\n".join(exc.lines), errors=exc.lines)
         raise  # unreachable: fail_json exits
+
+
+def control_plane(module, inv: Inventory, on_retry=None):
+    """A control-plane client for the inventory; the API key comes from the no_log option
+    ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values."""
+    import os
+
+    from ansible.module_utils.bcd_cp import Client, ControlPlaneError
+
+    key = module.params.get("api_key") or os.environ.get("BETTER_COMPUTE_API_KEY")
+    if key:
+        module.no_log_values.add(key)
+    if not inv.bcd_control_plane_url:
+        module.fail_json(msg="INVALID_CONFIG: bcd_control_plane_url: is required by this playbook")
+    try:
+        return Client(inv.bcd_control_plane_url, api_key=key, ca_file=inv.bcd_control_plane_ca_file,
+                      retry_budget=inv.bcd_control_plane_timeout, on_retry=on_retry)
+    except ControlPlaneError as exc:
+        module.fail_json(msg=str(exc))
+    except (OSError, ValueError) as exc:  # an unreadable CA file
+        module.fail_json(msg=f"bcd_control_plane_ca_file: cannot load {inv.bcd_control_plane_ca_file}: {exc}")
+    raise AssertionError("unreachable")
+
+
+def kube(module, inv: Inventory | None = None):
+    """A kubernetes ApiClient from the options ``kubeconfig``/``context`` (else bcd_kubeconfig/bcd_kube_context)."""
+    from ansible.module_utils.bcd_kube import KubeError, api_client
+
+    kubeconfig = module.params.get("kubeconfig") or (inv.bcd_kubeconfig if inv else None)
+    context = module.params.get("context") or (inv.bcd_kube_context if inv else None)
+    try:
+        return api_client(kubeconfig, context)
+    except KubeError as exc:
+        module.fail_json(msg=str(exc))
+    raise AssertionError("unreachable")
 
 
 def write_new_file(path: str, data: bytes, mode: int) -> bool:

@@ -27,6 +27,13 @@ options:
     type: list
     elements: str
     default: []
+  new_files:
+    description:
+      - Variables naming files this playbook will create; each must not exist yet (checked on
+        the host that runs the module, before anything is changed).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -61,16 +68,29 @@ configmap_name:
   type: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_module import CONFIG_OPTION, inventory
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"config": CONFIG_OPTION, "required": {"type": "list", "elements": "str", "default": []}},
+        argument_spec={
+            "config": CONFIG_OPTION,
+            "required": {"type": "list", "elements": "str", "default": []},
+            "new_files": {"type": "list", "elements": "str", "default": []},
+        },
         supports_check_mode=True,
     )
     inv = inventory(module, tuple(module.params["required"]))
+    existing = []
+    for name in module.params["new_files"]:
+        path = getattr(inv, name, None)
+        if path and os.path.lexists(path):
+            existing.append(f"INVALID_CONFIG: {name}: {path} exists; give a new file (it is never overwritten)")
+    if existing:
+        module.fail_json(msg="\n".join(existing), errors=existing)
     module.exit_json(
         changed=False,
         config=inv.public(),

@@ -1,0 +1,74 @@
+"""Action plugin bcd_nodes: poll the bcd_nodes module until every selected Node reports.
+
+Runs on the controller. Each poll is one run of the bcd_nodes module (one Node list and
+ceil(pool nodes / 500) nodes.list calls); progress (n of N) is printed as nodes arrive.
+Without ``wait`` it runs the module once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible import constants as C
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+MACHINE_READABLE_CALLBACKS = ("json", "jsonl", "ansible.posix.json", "ansible.posix.jsonl")
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+
+    def _poll(self, args: dict, task_vars: dict, diagnose: bool) -> dict:
+        return self._execute_module(module_name="bcd_nodes", module_args={**args, "diagnose": diagnose, "wait": False},
+                                    task_vars=task_vars)
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        if not boolean(args.get("wait", False), strict=False):
+            return self._poll(args, task_vars, boolean(args.get("diagnose", False), strict=False))
+        interval = float(args.pop("interval", None) or 3)
+        timeout = args.pop("timeout", None)
+        args.pop("wait", None)
+        host = task_vars.get("inventory_hostname", "")
+        to_stderr = C.DEFAULT_STDOUT_CALLBACK in MACHINE_READABLE_CALLBACKS
+        started = time.monotonic()
+        deadline = None
+        last = None
+        polls = 0
+        cp_requests = 0
+        while True:
+            res = self._poll(args, task_vars, diagnose=False)
+            polls += 1
+            if res.get("failed"):
+                return res
+            cp_requests += res.get("cp_requests", 0)
+            have, want = res["reporting"], res["selected"]
+            if deadline is None:
+                limit = int(timeout or res.get("join_timeout") or (300 + 2 * want))
+                deadline = started + limit
+            if have != last:
+                display.display(f"{host}: {have} of {want} nodes report to the control plane", stderr=to_stderr)
+                last = have
+            if have == want:
+                res.update(changed=False, polls=polls, cp_requests=cp_requests, waited=round(time.monotonic() - started, 1))
+                return res
+            if time.monotonic() + interval > deadline:
+                final = self._poll(args, task_vars, diagnose=True)
+                if final.get("failed"):
+                    return final
+                if final["reporting"] == final["selected"]:
+                    final.update(changed=False, polls=polls + 1, cp_requests=cp_requests + final.get("cp_requests", 0))
+                    return final
+                lines = [f"{n['name']}: {n.get('why', 'does not report')}" for n in final["nodes"] if not n["reporting"]]
+                final.update(
+                    failed=True, changed=False, polls=polls + 1, cp_requests=cp_requests + final.get("cp_requests", 0),
+                    msg=f"{final['selected'] - final['reporting']} of {final['selected']} selected nodes did not report "
+                        f"within {limit}s:\n" + "\n".join(lines),
+                )
+                return final
+            time.sleep(interval)

@@ -1,0 +1,19 @@
+"""Filters for bcd-ansible's reports."""
+
+from __future__ import annotations
+
+
+def bcd_report_row(node: dict, width: int = 20) -> str:
+    """One line of the per-node report: Node, bcd node id, state, trust, and why it does not report.
+
+    ``node``: an item of the bcd_nodes module's ``nodes`` result.
+    """
+    line = f"{node.get('name')!s:<{width}}  {node.get('id') or '-':<28}  {node.get('state') or '-':<9}  {node.get('trust') or '-'}"
+    if not node.get("reporting") and node.get("why"):
+        line += f"   <- {node['why']}"
+    return line
+
+
+class FilterModule:
+    def filters(self):
+        return {"bcd_report_row": bcd_report_row}

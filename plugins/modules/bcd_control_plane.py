@@ -1,0 +1,162 @@
+#!/usr/bin/python
+"""Ansible module bcd_control_plane: preflight against the bcd control plane."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_control_plane
+short_description: Check the bcd control plane before anything changes
+description:
+  - Reaches the control plane at C(bcd_control_plane_url) (https only; the server certificate
+    is verified against the system trust store or C(bcd_control_plane_ca_file)).
+  - Fetches the discovery document (C(/.well-known/better-compute)) and refuses a join key that
+    has a private part or whose pin is not C(bcd_pins.join_encryption), and a gateway URL or site
+    that is not the inventory's (seed 000, Render the manifests and the join token; the pins come
+    only from the operator, never from the network).
+  - Reads the pool (C(pools.get)) and forecasts the trust the nodes will land with (seed 000,
+    Trust); C(tenant-controlled) nodes add no capacity, which it returns as a warning.
+  - Lists the nodes of the pool (C(nodes.list), every page) and returns those that report.
+  - Changes nothing. Retryable failures (429, 502, 503, 504, connection errors) are retried
+    with backoff and jitter, honouring Retry-After, within C(bcd_control_plane_timeout).
+options:
+  config:
+    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
+    type: dict
+    required: true
+  api_key:
+    description:
+      - The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY) from the
+        environment. Never returned or logged.
+    type: str
+  nodes:
+    description:
+      - Kubernetes Node names whose bcd nodes to look up (hostname = Node name). Omit to
+        list no nodes.
+    type: list
+    elements: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Preflight the control plane
+  bcd_control_plane:
+    config: "{{ lookup('bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    nodes: "{{ selected_nodes }}"
+  no_log: false
+"""
+
+RETURN = r"""
+discovery:
+  description: What the control plane says of itself (no trust is taken from it).
+  returned: success
+  type: dict
+  contains:
+    gateway_url:
+      description: The gateway URL.
+      type: str
+    gateway_name:
+      description: The gateway's TLS server name.
+      type: str
+    site:
+      description: The site id.
+      type: str
+    join_key_pin:
+      description: The pin of the discovered join key (equal to bcd_pins.join_encryption).
+      type: str
+pool:
+  description: The pool (C(pools.get)).
+  returned: success
+  type: dict
+trust:
+  description: The trust hosted-token nodes will land with (platform, tenant-controlled or tenant-owned).
+  returned: success
+  type: str
+warnings_text:
+  description: Warnings for the operator (tenant-controlled nodes add no capacity).
+  returned: success
+  type: list
+  elements: str
+reporting:
+  description: Node name -> {id, state, trust} for the asked nodes that report (adopting, ready or draining).
+  returned: success
+  type: dict
+known:
+  description: Node name -> {id, state, trust, conditions} for every asked node the control plane knows.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError, trust_forecast
+from ansible.module_utils.bcd_module import API_KEY_OPTION, CONFIG_OPTION, control_plane, inventory
+from ansible.module_utils.bcd_pins import PinError, load_jwk, pin_of_jwk
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, "nodes": {"type": "list", "elements": "str"}},
+        supports_check_mode=True,
+    )
+    inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
+    cp = control_plane(module, inv)
+    try:
+        disc = cp.discovery()
+    except ControlPlaneError as exc:
+        module.fail_json(msg=f"preflight: {exc}")
+    gateway = disc.get("gateway") or {}
+    problems = []
+    try:
+        jwk = load_jwk(disc.get("joinKey"))
+        pin = pin_of_jwk(jwk)
+    except PinError as exc:
+        module.fail_json(msg=f"preflight: the control plane's join key {exc}; refusing it before any token is minted")
+    if pin != inv.bcd_pins.join_encryption:
+        problems.append(f"bcd_pins.join_encryption: the control plane's join key has pin {pin}, not the pinned "
+                        f"{inv.bcd_pins.join_encryption}; refusing it before any token is minted")
+    if gateway.get("url") and gateway["url"].rstrip("/") != inv.bcd_gateway_url.rstrip("/"):
+        problems.append(f"bcd_gateway_url: the control plane's gateway is {gateway['url']}, not {inv.bcd_gateway_url}")
+    if disc.get("site") and disc["site"] != inv.bcd_site_id:
+        problems.append(f"bcd_site_id: the control plane's site is {disc['site']}, not {inv.bcd_site_id}")
+    if problems:
+        module.fail_json(msg="\n".join(problems), errors=problems)
+    try:
+        pool = cp.get_pool(inv.bcd_tenant, inv.bcd_pool)
+        wanted = set(module.params["nodes"] or [])
+        known = {}
+        if wanted:
+            for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
+                name = node.get("hostname")
+                if name in wanted:
+                    known[name] = {k: node.get(k) for k in ("id", "state", "trust", "joinedAt", "conditions")}
+    except ControlPlaneError as exc:
+        module.fail_json(msg=f"preflight: {exc}")
+    trust = trust_forecast(pool)
+    warnings = []
+    if trust == "tenant-controlled":
+        warnings.append(
+            f"pool {inv.bcd_pool}: nodes joined with a hosted token will land tenant-controlled and add no capacity "
+            "(placement excludes them; seed: Trust). Set the pool's policy.kubernetes.platformOperated to true only if "
+            "the platform itself operates this cluster."
+        )
+    module.exit_json(
+        changed=False,
+        discovery={"gateway_url": gateway.get("url"), "gateway_name": gateway.get("name"), "site": disc.get("site"), "join_key_pin": pin},
+        pool=pool,
+        trust=trust,
+        warnings_text=warnings,
+        known=known,
+        reporting={n: v for n, v in known.items() if v.get("state") in NODE_STATES_REPORTING},
+        cp_requests=cp.requests,
+    )
+
+
+if __name__ == "__main__":
+    main()

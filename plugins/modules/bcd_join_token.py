@@ -1,0 +1,344 @@
+#!/usr/bin/python
+"""Ansible module bcd_join_token: mint a hosted join token into its Secret, or revoke it."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_join_token
+short_description: Mint a hosted join token straight into its Secret, or revoke it and delete the Secret
+description:
+  - C(state=present) mints a multi-use join token with C(hosted=kubernetes) (C(joinTokens.create);
+    max uses = O(max_uses) unless C(bcd_token_max_uses); TTL C(bcd_token_ttl); idempotency key
+    C(bcd_token_key) or one per cluster and run; a description naming the cluster and the run)
+    and writes it only into the Secret C(bcd_join_token_secret) in C(bcd_namespace) (created with
+    a plain create or replace, never a client-side apply, so no last-applied annotation holds
+    it), and, with C(bcd_join_secret_out), into a new file created 0600 (seed 000, Render the
+    manifests and the join token; Apply).
+  - The token never leaves this module, it is in no result, log or diff. If the Secret cannot
+    be written, the token is revoked before the module fails.
+  - C(state=absent) revokes this run's tokens (O(scope=run)) or every earlier run's still
+    unrevoked tokens for this cluster (O(scope=stale), found by their description after a run
+    that died before it could clean up) and deletes the Secret when bcd-ansible made it
+    (seed 000, Revoke the token and delete the Secret).
+  - Control-plane calls retry 429, 502, 503, 504 and connection failures with backoff and jitter,
+    honouring Retry-After, within C(bcd_control_plane_timeout).
+options:
+  config:
+    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
+    type: dict
+    required: true
+  api_key:
+    description: The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY).
+    type: str
+  kubeconfig:
+    description: Kubeconfig of the cluster (else C(bcd_kubeconfig), else the default loading rules).
+    type: path
+  context:
+    description: Kubeconfig context (else C(bcd_kube_context)).
+    type: str
+  state:
+    description: C(present) mints and writes the Secret; C(absent) revokes and deletes it.
+    type: str
+    choices: [present, absent]
+    default: present
+  cluster:
+    description: The cluster's name, written into the token's description (C(bcd_cluster_name) or the inventory host).
+    type: str
+    required: true
+  run:
+    description: This run's id, written into the token's description.
+    type: str
+    required: true
+  playbook:
+    description: The playbook minting the token, for its description.
+    type: str
+    default: adopt-cluster
+  max_uses:
+    description: How many nodes the token admits (the selected nodes that do not report yet); C(bcd_token_max_uses) wins.
+    type: int
+  scope:
+    description: With C(state=absent), C(run) revokes this run's tokens, C(stale) other runs' tokens of this cluster.
+    type: str
+    choices: [run, stale]
+    default: run
+  delete_secret:
+    description: With C(state=absent), also delete the join-token Secret when bcd-ansible made it.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: Mints nothing, revokes nothing, writes nothing; RV(changed) says whether it would.
+  diff_mode:
+    support: none
+    details: The Secret is never diffed, it holds the token.
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Mint the join token into its Secret
+  bcd_join_token:
+    config: "{{ lookup('bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
+    run: "{{ run_id }}"
+    max_uses: 3
+  no_log: true
+
+- name: Revoke it and delete the Secret
+  bcd_join_token:
+    config: "{{ lookup('bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
+    run: "{{ run_id }}"
+    state: absent
+  no_log: true
+"""
+
+RETURN = r"""
+id:
+  description: The minted token's id (not a secret).
+  returned: state=present, not in check mode
+  type: str
+max_uses:
+  description: How many nodes the token admits.
+  returned: state=present
+  type: int
+expires_at:
+  description: When the token stops admitting nodes (RFC 3339).
+  returned: state=present, not in check mode
+  type: str
+secret:
+  description: Where the token is, C({namespace, name, key}).
+  returned: always
+  type: dict
+revoked:
+  description: Ids of the tokens revoked now.
+  returned: state=absent
+  type: list
+  elements: str
+secret_deleted:
+  description: Whether the Secret was deleted.
+  returned: state=absent
+  type: bool
+"""
+
+import base64
+import json
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_cp import ControlPlaneError
+from ansible.module_utils.bcd_kube import KubeError, call
+from ansible.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    control_plane,
+    inventory,
+    kube,
+    write_new_file,
+)
+from ansible.module_utils.bcd_render import FIELD_MANAGER
+
+DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
+TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name
+
+
+def description(cluster: str, run: str, playbook: str) -> str:
+    return f"bcd-ansible cluster={cluster} run={run} playbook={playbook}"[:256]
+
+
+def secret_manifest(inv, token: str, answer: dict) -> dict:
+    s = inv.bcd_join_token_secret
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": s.name,
+            "namespace": inv.bcd_namespace,
+            "labels": {"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name,
+                       "app.kubernetes.io/managed-by": FIELD_MANAGER},
+            "annotations": {TOKEN_ID_ANNOTATION: str(answer.get("id")), "bcd.dev/join-token-expires-at": str(answer.get("expiresAt"))},
+        },
+        "type": "Opaque",
+        "data": {s.key: base64.b64encode(token.encode("utf-8")).decode("ascii")},
+    }
+
+
+def read_secret(core, inv):
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return core.read_namespaced_secret(inv.bcd_join_token_secret.name, inv.bcd_namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise KubeError(f"reading Secret {inv.bcd_namespace}/{inv.bcd_join_token_secret.name}: {exc.status} {exc.reason}") from None
+
+
+def ours(secret) -> bool:
+    labels = (secret.metadata.labels or {}) if secret is not None else {}
+    return labels.get("app.kubernetes.io/managed-by") == FIELD_MANAGER
+
+
+def write_secret(core, inv, manifest: dict) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    existing = read_secret(core, inv)
+    name = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
+    if existing is None:
+        try:
+            call(core.create_namespaced_secret, inv.bcd_namespace, manifest, field_manager=FIELD_MANAGER)
+            return
+        except KubeError:
+            existing = read_secret(core, inv)
+            if existing is None:
+                raise
+    if not ours(existing):
+        raise KubeError(f"Secret {name} exists and bcd-ansible did not make it (no label app.kubernetes.io/managed-by={FIELD_MANAGER}); "
+                        "delete it or set bcd_join_token_secret.name to another name")
+    manifest = json.loads(json.dumps(manifest))
+    manifest["metadata"]["resourceVersion"] = existing.metadata.resource_version
+    try:
+        core.replace_namespaced_secret(inv.bcd_join_token_secret.name, inv.bcd_namespace, manifest, field_manager=FIELD_MANAGER)
+    except ApiException as exc:
+        raise KubeError(f"replacing Secret {name}: {exc.status} {exc.reason}") from None
+
+
+def delete_secret(core, inv, check: bool) -> tuple[bool, str | None]:
+    secret = read_secret(core, inv)
+    name = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
+    if secret is None:
+        return False, None
+    if not ours(secret):
+        return False, f"Secret {name} was not made by bcd-ansible; left in place"
+    if not check:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            core.delete_namespaced_secret(inv.bcd_join_token_secret.name, inv.bcd_namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"deleting Secret {name}: {exc.status} {exc.reason}") from None
+    return True, None
+
+
+def present(module, inv, cp, core) -> None:
+    p = module.params
+    max_uses = inv.bcd_token_max_uses or p["max_uses"]
+    where = {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
+    if not max_uses or not 1 <= max_uses <= 10000:
+        module.fail_json(msg=f"bcd_token_max_uses: {max_uses!r} is not 1 to 10000 (the nodes to join)", secret=where)
+    if module.check_mode:
+        module.exit_json(changed=True, max_uses=max_uses, secret=where, msg=f"would mint a token for {max_uses} node(s) into Secret {where['namespace']}/{where['name']}")
+    key = inv.bcd_token_key or f"{p['cluster']}-{p['run']}"[:128]
+    try:
+        answer = cp.create_token(inv.bcd_tenant, inv.bcd_pool, max_uses, inv.bcd_token_ttl, key,
+                                 description(p["cluster"], p["run"], p["playbook"]))
+    except ControlPlaneError as exc:
+        module.fail_json(msg=f"minting the join token: {exc}", secret=where)
+    token = answer.get("token")
+    if not isinstance(token, str) or not token:
+        module.fail_json(msg="minting the join token: the control plane returned no token", secret=where)
+    module.no_log_values.add(token)
+    module.no_log_values.add(base64.b64encode(token.encode("utf-8")).decode("ascii"))
+    manifest = secret_manifest(inv, token, answer)
+    try:
+        write_secret(core, inv, manifest)
+        if inv.bcd_join_secret_out:
+            write_new_file(inv.bcd_join_secret_out, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"), 0o600)
+    except (KubeError, OSError) as exc:
+        cleanup = []
+        try:
+            cp.revoke_token(inv.bcd_tenant, answer["id"])
+            cleanup.append(f"token {answer['id']} revoked")
+        except ControlPlaneError as rexc:
+            cleanup.append(f"REVOKING token {answer['id']} FAILED ({rexc}); revoke it by hand")
+        try:
+            deleted, _ = delete_secret(core, inv, False)
+            if deleted:
+                cleanup.append("Secret deleted")
+        except KubeError as dexc:
+            cleanup.append(f"deleting the Secret failed ({dexc})")
+        what = "bcd_join_secret_out: " if isinstance(exc, OSError) else ""
+        module.fail_json(msg=f"{what}writing the join token failed: {exc}; " + ", ".join(cleanup), secret=where)
+    module.exit_json(changed=True, id=answer.get("id"), max_uses=answer.get("maxUses", max_uses), uses=answer.get("uses"),
+                     expires_at=answer.get("expiresAt"), secret=where, cp_requests=cp.requests)
+
+
+def absent(module, inv, cp, core) -> None:
+    p = module.params
+    where = {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
+    revoked, failures, found = [], [], []
+    try:
+        for tok in cp.list_tokens(inv.bcd_tenant, inv.bcd_pool):
+            m = DESCRIPTION_RE.match(tok.get("description") or "")
+            if not m or m["cluster"] != p["cluster"] or tok.get("revokedAt"):
+                continue
+            if (p["scope"] == "run") == (m["run"] == p["run"]):
+                found.append(tok)
+    except ControlPlaneError as exc:
+        failures.append(f"listing tokens: {exc}")
+    for tok in found:
+        if module.check_mode:
+            revoked.append(tok["id"])
+            continue
+        try:
+            cp.revoke_token(inv.bcd_tenant, tok["id"])
+            revoked.append(tok["id"])
+        except ControlPlaneError as exc:
+            failures.append(f"revoking token {tok['id']}: {exc}")
+    secret_deleted, note = False, None
+    if p["delete_secret"]:
+        try:
+            secret_deleted, note = delete_secret(core, inv, module.check_mode)
+        except KubeError as exc:
+            failures.append(str(exc))
+    result = {"changed": bool(revoked or secret_deleted), "revoked": revoked, "secret_deleted": secret_deleted, "secret": where,
+              "stale": [{"id": t["id"], "description": t.get("description"), "createdAt": t.get("createdAt")} for t in found]
+              if p["scope"] == "stale" else [], "cp_requests": cp.requests}
+    if note:
+        module.warn(note)
+    if failures:
+        module.fail_json(msg="cleaning up the join token failed: " + "; ".join(failures), **result)
+    module.exit_json(**result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,
+            **KUBE_OPTIONS,
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "cluster": {"type": "str", "required": True},
+            "run": {"type": "str", "required": True},
+            "playbook": {"type": "str", "default": "adopt-cluster"},
+            "max_uses": {"type": "int"},
+            "scope": {"type": "str", "choices": ["run", "stale"], "default": "run"},
+            "delete_secret": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
+    for opt in ("cluster", "run"):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}", module.params[opt]):
+            module.fail_json(msg=f"{opt}: {module.params[opt]!r} must be 1 to 63 letters, digits, '_', '.', ':' and '-'")
+    cp = control_plane(module, inv)
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube(module, inv))
+    try:
+        if module.params["state"] == "present":
+            present(module, inv, cp, core)
+        else:
+            absent(module, inv, cp, core)
+    except KubeError as exc:
+        module.fail_json(msg=str(exc))
+
+
+if __name__ == "__main__":
+    main()

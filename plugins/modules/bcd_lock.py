@@ -1,0 +1,240 @@
+#!/usr/bin/python
+"""Ansible module bcd_lock: a Lease that keeps two bcd-ansible runs on one cluster apart."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_lock
+short_description: Take or release the bcd-ansible lock of a cluster (a coordination.k8s.io Lease)
+description:
+  - One C(coordination.k8s.io/v1) Lease in the bcd namespace (C(<bcd_name>-ansible-lock)) says
+    which bcd-ansible run works on the cluster, with its holder (user, host, process and run)
+    and expiry (C(renewTime) + C(leaseDurationSeconds)).
+  - C(state=present) takes the lock. A lock held by another live run is waited for up to
+    O(wait) seconds, then refused naming who holds it and until when. A lock whose expiry has
+    passed, or whose holder was a process on this host that no longer runs, is taken over
+    safely (an update with the Lease's resourceVersion, so of two runs taking over at once
+    exactly one wins).
+  - C(state=absent) releases the lock if this run holds it, and only then.
+  - The Lease is bookkeeping that lives only while a run works; taking and releasing it is not
+    reported as a change.
+options:
+  kubeconfig:
+    description: Kubeconfig of the cluster.
+    type: path
+  context:
+    description: Kubeconfig context.
+    type: str
+  namespace:
+    description: The bcd namespace (C(bcd_namespace)).
+    type: str
+    required: true
+  name:
+    description: The Lease's name.
+    type: str
+    required: true
+  run:
+    description: This run's id; with the user, host and process it makes the holder identity.
+    type: str
+    required: true
+  state:
+    description: C(present) takes the lock, C(absent) releases it.
+    type: str
+    choices: [present, absent]
+    default: present
+  ttl:
+    description: Seconds the lock lasts without renewal (C(bcd_lock_ttl)).
+    type: int
+    default: 1800
+  wait:
+    description: Seconds to wait for a lock another live run holds; 0 refuses at once.
+    type: int
+    default: 0
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the Lease is read, never written; a held lock is still reported.
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Take the cluster's lock
+  bcd_lock:
+    namespace: bcd-system
+    name: bcd-ansible-lock
+    run: "{{ run_id }}"
+"""
+
+RETURN = r"""
+holder:
+  description: The holder identity now (ours after taking it).
+  returned: always
+  type: str
+took_over:
+  description: The previous holder whose expired or dead lock was taken over, or null.
+  returned: state=present
+  type: str
+waited:
+  description: Seconds spent waiting for another run.
+  returned: state=present
+  type: float
+"""
+
+import datetime as dt
+import getpass
+import os
+import re
+import socket
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_kube import KubeError, api_client
+
+HOLDER_RE = re.compile(r"^(?P<user>[^@\s]*)@(?P<host>\S+) pid=(?P<pid>\d+) run=(?P<run>\S+)$")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _micro(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _playbook_pid() -> int:
+    """The pid of the ansible-playbook process this module runs under (the topmost ancestor
+    whose command line runs ansible-playbook), else our parent's."""
+    pid, found = os.getppid(), None
+    for _ in range(16):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            break
+        if any(b"ansible-playbook" in part for part in cmdline[:2]):
+            found = pid
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        if pid <= 1:
+            break
+    return found or os.getppid()
+
+
+def _alive_here(holder: str) -> bool | None:
+    """True/False when the holder was a process on this host (alive or not); None when unknown."""
+    m = HOLDER_RE.match(holder or "")
+    if not m or m["host"] != socket.gethostname():
+        return None
+    try:
+        cmdline = open(f"/proc/{m['pid']}/cmdline", "rb").read()
+    except OSError:
+        return False
+    return b"ansible-playbook" in cmdline
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+            "namespace": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "run": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "ttl": {"type": "int", "default": 1800},
+            "wait": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    me = f"{user}@{socket.gethostname()} pid={_playbook_pid()} run={p['run']}"
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        coord = client.CoordinationV1Api(api_client(p["kubeconfig"], p["context"]))
+    except KubeError as exc:
+        module.fail_json(msg=str(exc))
+    where = f"Lease {p['namespace']}/{p['name']}"
+
+    def read():
+        try:
+            return coord.read_namespaced_lease(p["name"], p["namespace"])
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            module.fail_json(msg=f"reading {where}: {exc.status} {exc.reason}")
+
+    def body(resource_version=None, transitions=0):
+        now = _micro(_now())
+        meta = {"name": p["name"], "namespace": p["namespace"], "labels": {"app.kubernetes.io/managed-by": "bcd-ansible"}}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": {"holderIdentity": me, "leaseDurationSeconds": p["ttl"], "acquireTime": now, "renewTime": now,
+                         "leaseTransitions": transitions}}
+
+    if p["state"] == "absent":
+        lease = read()
+        if lease is None or lease.spec.holder_identity != me or module.check_mode:
+            module.exit_json(changed=False, holder=lease.spec.holder_identity if lease else None)
+        try:
+            coord.delete_namespaced_lease(p["name"], p["namespace"],
+                                          body=client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version=lease.metadata.resource_version)))
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                module.fail_json(msg=f"releasing {where}: {exc.status} {exc.reason}")
+        module.exit_json(changed=False, holder=None)
+
+    started = time.monotonic()
+    while True:
+        lease = read()
+        if lease is None:
+            if module.check_mode:
+                module.exit_json(changed=False, holder=None, took_over=None, waited=0.0)
+            try:
+                coord.create_namespaced_lease(p["namespace"], body())
+                module.exit_json(changed=False, holder=me, took_over=None, waited=round(time.monotonic() - started, 1))
+            except ApiException as exc:
+                if exc.status == 404:
+                    module.fail_json(msg=f"taking {where}: namespace {p['namespace']} does not exist")
+                if exc.status != 409:
+                    module.fail_json(msg=f"taking {where}: {exc.status} {exc.reason}")
+                continue
+        spec = lease.spec
+        holder = spec.holder_identity or ""
+        renew = spec.renew_time or spec.acquire_time
+        expires = renew + dt.timedelta(seconds=spec.lease_duration_seconds or 0) if renew else None
+        expired = expires is None or expires < _now()
+        dead = _alive_here(holder) is False
+        if holder == me or not holder or expired or dead:
+            if module.check_mode:
+                module.exit_json(changed=False, holder=holder, took_over=None if holder in (me, "") else holder, waited=0.0)
+            try:
+                coord.replace_namespaced_lease(p["name"], p["namespace"],
+                                               body(lease.metadata.resource_version, (spec.lease_transitions or 0) + (holder != me)))
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # someone else took it first: look again
+                module.fail_json(msg=f"taking {where}: {exc.status} {exc.reason}")
+            took = None if holder in (me, "") else holder
+            if took:
+                module.warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
+            module.exit_json(changed=False, holder=me, took_over=took, waited=round(time.monotonic() - started, 1))
+        if time.monotonic() - started >= p["wait"]:
+            since = spec.acquire_time.isoformat() if spec.acquire_time else "?"
+            module.fail_json(msg=f"locked by {holder} (since {since}, until {expires.isoformat() if expires else '?'}); "
+                                 f"another bcd-ansible run works on this cluster ({where}). Try again when it ends.",
+                             holder=holder)
+        time.sleep(min(5.0, max(0.5, p["wait"] - (time.monotonic() - started))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+#!/usr/bin/python
+"""Ansible module bcd_nodes: which selected Nodes report to the control plane, and why not."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_nodes
+short_description: Report, per selected Node, its bcd node, and why a Node does not report
+description:
+  - Lists the Nodes C(bcd_node_selector) selects and the pool's nodes (C(nodes.list), every
+    page, 500 a page) and matches them by name (a DaemonSet node's C(hostname) is its Kubernetes
+    Node name; control-plane-api.md, nodes.list).
+  - A Node reports when its bcd node is C(adopting), C(ready) or C(draining).
+  - With O(diagnose), says for each Node that does not report why, from what the cluster and
+    the control plane show - no bcd pod, the pod not Ready (and its container state), or the
+    join refused and its reason (the pod's Warning events; the node's conditions in
+    C(nodes.list)).
+  - With O(wait) (through the action plugin of the same name) polls until every selected Node
+    reports or O(timeout) passes, printing progress (n of N) as nodes arrive, then fails naming
+    each Node that did not report and why.
+  - Read-only.
+options:
+  config:
+    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
+    type: dict
+    required: true
+  api_key:
+    description: The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY).
+    type: str
+  kubeconfig:
+    description: Kubeconfig of the cluster (else C(bcd_kubeconfig)).
+    type: path
+  context:
+    description: Kubeconfig context (else C(bcd_kube_context)).
+    type: str
+  diagnose:
+    description: Say why each Node that does not report does not.
+    type: bool
+    default: false
+  wait:
+    description: Poll until every selected Node reports (action plugin).
+    type: bool
+    default: false
+  timeout:
+    description: With O(wait), seconds to wait (default C(bcd_join_timeout), else 300 + 2 per Node).
+    type: int
+  interval:
+    description: With O(wait), seconds between polls.
+    type: float
+    default: 3
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Wait for every selected Node to report
+  bcd_nodes:
+    config: "{{ lookup('bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    wait: true
+"""
+
+RETURN = r"""
+nodes:
+  description: One entry per selected Node, sorted by name.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The Kubernetes Node name.
+      type: str
+    id:
+      description: The bcd node id (or null).
+      type: str
+    state:
+      description: The bcd node's state (adopting, ready, draining, offline) or null.
+      type: str
+    trust:
+      description: The bcd node's trust or null.
+      type: str
+    reporting:
+      description: Whether it reports (adopting, ready or draining).
+      type: bool
+    why:
+      description: With diagnose, why it does not report.
+      type: str
+selected:
+  description: How many Nodes the selector selects.
+  returned: success
+  type: int
+reporting:
+  description: How many of them report.
+  returned: success
+  type: int
+missing:
+  description: The Nodes that do not report (names).
+  returned: success
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
+from ansible.module_utils.bcd_kube import KubeError, list_all, node_ready, pod_ready, selector
+from ansible.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    control_plane,
+    inventory,
+    kube,
+)
+
+
+def pod_state(pod) -> str:
+    """A short description of why a pod is not Ready: its phase and any waiting/terminated container."""
+    parts = [f"phase {pod.status.phase}"]
+    statuses = (pod.status.init_container_statuses or []) + (pod.status.container_statuses or [])
+    for cs in statuses:
+        st = cs.state
+        if st and st.waiting:
+            parts.append(f"{cs.name} waiting: {st.waiting.reason}{' - ' + st.waiting.message if st.waiting.message else ''}")
+        elif st and st.terminated and st.terminated.exit_code:
+            parts.append(f"{cs.name} exited {st.terminated.exit_code}: {st.terminated.reason or ''} {st.terminated.message or ''}".strip())
+    return "; ".join(parts)
+
+
+def diagnose(api, inv, names: list[str], known: dict) -> dict[str, str]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    pods = list_all(core.list_namespaced_pod, inv.bcd_namespace,
+                    label_selector=selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name}))
+    by_node = {}
+    for pod in pods:
+        if pod.spec.node_name and not pod.metadata.deletion_timestamp:
+            by_node[pod.spec.node_name] = pod
+    events = {}
+    for ev in list_all(core.list_namespaced_event, inv.bcd_namespace, field_selector="involvedObject.kind=Pod,type=Warning"):
+        key = ev.involved_object.name
+        when = ev.last_timestamp or ev.event_time or ev.metadata.creation_timestamp
+        if key not in events or (when and events[key][0] and when > events[key][0]):
+            events[key] = (when, f"{ev.reason}: {ev.message}")
+    nodes = {n.metadata.name: n for n in list_all(core.list_node, label_selector=selector(inv.bcd_node_selector))}
+    why = {}
+    for name in names:
+        cp_node = known.get(name) or {}
+        refused = [c for c in (cp_node.get("conditions") or []) if str(c.get("status")) == "True" and c.get("type") not in ("Ready",)]
+        pod = by_node.get(name)
+        node = nodes.get(name)
+        if cp_node.get("state") == "offline":
+            reason = "its bcd node is offline (the pod does not report)"
+        elif refused:
+            c = refused[-1]
+            reason = f"join refused: {c.get('reason')}: {c.get('message')}"
+        elif pod is not None and pod.metadata.name in events:
+            reason = f"join refused or failing: {events[pod.metadata.name][1]}"
+        elif node is not None and not node_ready(node):
+            reason = "the Node is NotReady"
+        elif pod is None:
+            reason = (f"no bcd pod on this Node (DaemonSet {inv.bcd_namespace}/{inv.bcd_name} missing, not scheduled there, "
+                      "or the Node does not match bcd_node_selector)")
+        elif not pod_ready(pod):
+            reason = f"pod {pod.metadata.name} not Ready ({pod_state(pod)})"
+        else:
+            reason = f"pod {pod.metadata.name} is Ready but the node has not reported to the control plane (no join seen yet)"
+        why[name] = reason
+    return why
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,
+            **KUBE_OPTIONS,
+            "diagnose": {"type": "bool", "default": False},
+            "wait": {"type": "bool", "default": False},
+            "timeout": {"type": "int"},
+            "interval": {"type": "float", "default": 3},
+        },
+        supports_check_mode=True,
+    )
+    inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
+    cp = control_plane(module, inv)
+    api = kube(module, inv)
+    from kubernetes import client
+
+    try:
+        k8s_nodes = list_all(client.CoreV1Api(api).list_node, label_selector=selector(inv.bcd_node_selector))
+    except KubeError as exc:
+        module.fail_json(msg=f"listing the selected Nodes: {exc}")
+    names = sorted(n.metadata.name for n in k8s_nodes)
+    labels = {n.metadata.name: (n.metadata.labels or {}) for n in k8s_nodes}
+    wanted = set(names)
+    known = {}
+    try:
+        for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
+            if node.get("hostname") in wanted:
+                known[node["hostname"]] = node
+    except ControlPlaneError as exc:
+        module.fail_json(msg=f"listing the pool's nodes: {exc}")
+    out = []
+    for name in names:
+        n = known.get(name) or {}
+        out.append({
+            "name": name,
+            "id": n.get("id") or labels[name].get("bcd.dev/node-id"),
+            "state": n.get("state"),
+            "trust": n.get("trust"),
+            "reporting": n.get("state") in NODE_STATES_REPORTING,
+            "conditions": n.get("conditions") or [],
+        })
+    missing = [o["name"] for o in out if not o["reporting"]]
+    if module.params["diagnose"] and missing:
+        try:
+            why = diagnose(api, inv, missing, known)
+        except KubeError as exc:
+            why = dict.fromkeys(missing, f"could not diagnose: {exc}")
+        for o in out:
+            if o["name"] in why:
+                o["why"] = why[o["name"]]
+    module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
+                     join_timeout=inv.bcd_join_timeout, cp_requests=cp.requests)
+
+
+if __name__ == "__main__":
+    main()
