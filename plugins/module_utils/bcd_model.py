@@ -406,9 +406,13 @@ class Inventory(BaseModel):
     bcd_control_plane_ca_file: str | None = None
     bcd_kubeconfig: str | None = None
     bcd_kube_context: str | None = None
+    bcd_control_plane_timeout: Duration = 120
+    # The name this cluster goes by in token descriptions and reports (default: the inventory host).
+    bcd_cluster_name: str | None = Field(default=None, min_length=1, max_length=63)
 
     # How the playbooks behave.
     bcd_require_pod_security: bool = False
+    bcd_privileged_namespaces: list[str] = Field(default_factory=lambda: ["kube-system", "kube-public", "kube-node-lease"])
     bcd_gpu_isolation_enforce: bool = True
     bcd_join_timeout: Duration | None = None
     bcd_rollout_timeout: Duration | None = None
@@ -500,6 +504,20 @@ class Inventory(BaseModel):
             check_dns_subdomain(name)
         return v
 
+    @field_validator("bcd_privileged_namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for name in v:
+            check_dns_label(name)
+        return v
+
+    @field_validator("bcd_cluster_name")
+    @classmethod
+    def _cluster_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(f"{_show(v)} must be letters, digits, '_', '.' and '-'")
+        return v
+
     @field_validator("bcd_node_selector", mode="before")
     @classmethod
     def _selector(cls, v: Any) -> dict[str, str]:
@@ -545,7 +563,8 @@ class Inventory(BaseModel):
             raise ValueError(f"{_show(v)} is outside 1 minute to 24 hours")
         return seconds
 
-    @field_validator("bcd_join_timeout", "bcd_rollout_timeout", "bcd_rollout_gate_timeout", "bcd_lock_ttl", mode="before")
+    @field_validator("bcd_join_timeout", "bcd_rollout_timeout", "bcd_rollout_gate_timeout", "bcd_lock_ttl",
+                     "bcd_control_plane_timeout", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> int | None:
         if v is None:
