@@ -1,0 +1,171 @@
+"""The emulator's admin endpoint (plain HTTP on its own 127.0.0.1 port) and a client for it.
+
+Every request needs ``Authorization: Bearer <admin token>`` (``<dir>/control-plane/admin-token``,
+0600). JSON in, JSON out; errors are ``{"error": {"code", "message"}}`` like the API's.
+
+=========  =====================  ===========================================================
+Method     Path                   What
+=========  =====================  ===========================================================
+GET        /healthz               ``{"ok": true, "joiner": bool}``
+GET        /faults                the faults (faults.py has the shape), ``outageRemaining``
+PUT        /faults                replace the faults with the body
+PATCH      /faults                change only the members in the body (null removes one)
+DELETE     /faults                no faults
+GET        /counters              requests per procedure, responses per status, joins
+DELETE     /counters              reset the counters (also ``POST /counters/reset``)
+GET        /joins                 the last join attempt of every bcd pod: node, pod, joined,
+                                  reason, message, nodeId, at
+POST       /nodes/forget          ``{"hostnames": [...]}`` (absent: every node): the control
+                                  plane forgets those nodes, as if their hosts' /var/lib/bcd
+                                  were wiped; their Node label goes and their pods join again.
+                                  Answers ``{"forgotten": [hostname, ...]}``. For tests.
+=========  =====================  ===========================================================
+
+The client: ``Admin.for_sandbox(sdir)`` (reads ``state.json`` and the admin token).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from sandbox.control_plane.config import Paths
+from sandbox.control_plane.faults import FaultError, Faults
+
+
+def _error(code: str, message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
+    """The admin app. ``store``: the API's Store (same thread); ``joiner``: JoinSimulator or None."""
+
+    def authorized(request: Request) -> bool:
+        scheme, _, value = (request.headers.get("authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode("utf-8", "replace"), token.encode())
+
+    async def body(request: Request):
+        raw = await request.body()
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            raise FaultError("the body is not JSON") from None
+
+    def guarded(handler):
+        async def wrapped(request: Request) -> JSONResponse:
+            if not authorized(request):
+                return _error("UNAUTHORIZED", "the admin token is required (Authorization: Bearer <admin token>)", 401)
+            try:
+                return JSONResponse(await handler(request))
+            except FaultError as exc:
+                return _error("INVALID_INPUT", str(exc), 400)
+        return wrapped
+
+    async def healthz(request):
+        return {"ok": True, "joiner": joiner is not None}
+
+    async def faults_endpoint(request):
+        if request.method == "GET":
+            return faults.get()
+        if request.method == "PUT":
+            return faults.replace(await body(request))
+        if request.method == "PATCH":
+            return faults.patch(await body(request))
+        return faults.clear()
+
+    async def counters(request):
+        if request.method in ("DELETE", "POST"):
+            faults.reset_counters()
+        return faults.counters()
+
+    async def joins(request):
+        return {"joins": joiner.joins() if joiner else []}
+
+    async def forget(request):
+        doc = await body(request)
+        if not isinstance(doc, dict) or set(doc) - {"hostnames"}:
+            raise FaultError('the body must be {"hostnames": [...]} or {}')
+        hostnames = doc.get("hostnames")
+        if hostnames is not None and (not isinstance(hostnames, list) or not all(isinstance(h, str) for h in hostnames)):
+            raise FaultError("hostnames: must be a list of Node names")
+        gone = store.forget_nodes(hostnames)
+        if joiner is not None and gone:
+            await run_in_threadpool(joiner.forgotten, gone)
+        return {"forgotten": sorted(n["hostname"] for n in gone)}
+
+    async def not_found(request, exc):
+        return _error("NOT_FOUND", f"no route {request.method} {request.url.path}", 404)
+
+    return Starlette(routes=[
+        Route("/healthz", guarded(healthz), methods=["GET"]),
+        Route("/faults", guarded(faults_endpoint), methods=["GET", "PUT", "PATCH", "DELETE"]),
+        Route("/counters", guarded(counters), methods=["GET", "DELETE"]),
+        Route("/counters/reset", guarded(counters), methods=["POST"]),
+        Route("/joins", guarded(joins), methods=["GET"]),
+        Route("/nodes/forget", guarded(forget), methods=["POST"]),
+    ], exception_handlers={404: not_found, 405: not_found})
+
+
+class AdminError(RuntimeError):
+    pass
+
+
+class Admin:
+    """Client of the admin endpoint at ``url`` with bearer ``token``."""
+
+    def __init__(self, url: str, token: str, timeout: float = 10.0):
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+
+    @classmethod
+    def for_sandbox(cls, sdir: Path) -> Admin:
+        paths = Paths(Path(sdir))
+        state = paths.read_state()
+        if not state:
+            raise AdminError(f"no control-plane emulator state at {paths.state_file} (is it running?)")
+        return cls(state["admin_url"], (paths.home / "admin-token").read_text().strip())
+
+    def request(self, method: str, path: str, body: object = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={  # noqa: S310 - our loopback URL
+            "Authorization": f"Bearer {self._token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - our loopback URL
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise AdminError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from None
+
+    def faults(self) -> dict:
+        return self.request("GET", "/faults")
+
+    def set_faults(self, spec: dict) -> dict:
+        return self.request("PUT", "/faults", spec)
+
+    def patch_faults(self, spec: dict) -> dict:
+        return self.request("PATCH", "/faults", spec)
+
+    def clear_faults(self) -> dict:
+        return self.request("DELETE", "/faults")
+
+    def counters(self) -> dict:
+        return self.request("GET", "/counters")
+
+    def reset_counters(self) -> dict:
+        return self.request("DELETE", "/counters")
+
+    def joins(self) -> list[dict]:
+        return self.request("GET", "/joins")["joins"]
+
+    def forget_nodes(self, hostnames: list[str] | None = None) -> list[str]:
+        body = {} if hostnames is None else {"hostnames": hostnames}
+        return self.request("POST", "/nodes/forget", body)["forgotten"]

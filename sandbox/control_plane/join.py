@@ -1,0 +1,544 @@
+"""The join simulator: stands in for bcd's ``join`` init container on the sandbox's KWOK nodes.
+
+KWOK runs no container, so nothing would ever call the control plane; this thread does what
+``bcd join --config <file> --token-file <file>`` does (control-plane-api.md, "What bcd itself
+does"; seed 000, Apply / Revoke the token / Trust), reading what the pod really mounts:
+
+* A **bcd pod** is a pod owned by a DaemonSet with an init container whose command line is
+  ``<...>/bcd join ...``. It is tried once KWOK reports it ``Running`` on a node, and a refused
+  pod is tried again every ``join_retry_seconds`` (a real init container retries too).
+* ``--config``: the file is looked up through the init container's volumeMounts and the pod's
+  volumes (a ConfigMap volume, with or without ``items``); the ConfigMap is read from the pod's
+  namespace. Its ``site``, ``gateway.url``, ``pins.*``, ``join.hosted`` and (when set)
+  ``join.server`` must be the emulator's own, else ``ConfigMismatch``; no such volume,
+  ConfigMap or key: ``NoConfig``.
+* A Node that joined before (by name: its identity would live in ``/var/lib/bcd`` on the host)
+  succeeds without a token and spends nothing.
+* Else ``--token-file`` is looked up the same way (a Secret volume): an absent Secret or key is
+  ``NoToken``; a file group or others could read (the volume's ``mode``/``defaultMode``) is
+  ``TokenFileMode``; a token over 4 KiB or one this control plane did not issue is
+  ``TokenInvalid``; then one use is spent, atomically, of an unexpired (``TokenExpired``),
+  unrevoked (``TokenRevoked``) token with uses left (``TokenExhausted``).
+* A joined node is recorded ``adopting`` with ``hostname`` = the Node's name and the trust the
+  seed's Trust rule gives, and the Node is labelled ``bcd.dev/node-id=<id>``.
+* Fault injection can refuse named Nodes (``Refused``).
+
+Every refusal is a Warning Event ``BcdJoinRefused`` on the Pod (one Event per pod and reason,
+its count incremented on each retry) whose message starts with the reason, and, for a node the
+control plane knows, the node condition ``JoinRefused`` (status "True") in nodes.list. A join
+is a Normal Event ``BcdJoined``.
+
+Reporting: a joined node whose Node has no Running and Ready bcd pod that joined for longer than
+``offline_grace_seconds`` turns ``offline`` (condition ``Reporting`` "False"), and gets its
+previous state back when such a pod is there again.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+import logging
+import posixpath
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+
+from sandbox.control_plane.config import Seed
+from sandbox.control_plane.db import Store
+from sandbox.control_plane.faults import Faults
+from sandbox.control_plane.pki import Pki
+
+log = logging.getLogger("bcd.cp.join")
+
+NODE_ID_LABEL = "bcd.dev/node-id"
+EVENT_REFUSED = "BcdJoinRefused"
+EVENT_JOINED = "BcdJoined"
+MAX_TOKEN = 4096
+
+
+@dataclass
+class Outcome:
+    """The last join attempt of one pod."""
+
+    ok: bool
+    reason: str
+    message: str
+    at: float
+    node: str
+    pod: str
+    namespace: str
+    node_id: str | None = None
+
+    def view(self) -> dict:
+        return {"node": self.node, "pod": f"{self.namespace}/{self.pod}", "joined": self.ok, "reason": self.reason,
+                "message": self.message, "nodeId": self.node_id,
+                "at": datetime.datetime.fromtimestamp(self.at, datetime.UTC).isoformat(timespec="seconds")}
+
+
+class Refusal(Exception):
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{reason}: {message}")
+
+
+def _opt(cmd: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(cmd):
+        if arg == flag and i + 1 < len(cmd):
+            return cmd[i + 1]
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1:]
+    return None
+
+
+def join_container(pod: dict) -> dict | None:
+    """The pod's ``bcd join`` init container, when the pod is a bcd DaemonSet pod; else None."""
+    meta = pod.get("metadata") or {}
+    if not any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or []):
+        return None
+    for container in (pod.get("spec") or {}).get("initContainers") or []:
+        cmd = list(container.get("command") or []) + list(container.get("args") or [])
+        if len(cmd) >= 2 and (cmd[0] == "bcd" or cmd[0].endswith("/bcd")) and cmd[1] == "join":
+            return container
+    return None
+
+
+def _ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def volume_file(pod: dict, container: dict, path: str) -> tuple[dict, str]:
+    """(volume, path inside the volume) of the file ``path`` as ``container`` sees it.
+
+    Raises LookupError when no volume is mounted there.
+    """
+    path = posixpath.normpath(path)
+    best = None
+    for mount in container.get("volumeMounts") or []:
+        mpath = posixpath.normpath(mount.get("mountPath") or "")
+        if (path == mpath or path.startswith(mpath.rstrip("/") + "/")) and (best is None or len(mpath) > len(best[1])):
+            best = (mount, mpath)
+    if best is None:
+        raise LookupError(f"no volume is mounted at {path}")
+    mount, mpath = best
+    rel = path[len(mpath):].lstrip("/")
+    if mount.get("subPath"):
+        rel = posixpath.join(mount["subPath"], rel) if rel else mount["subPath"]
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") == mount.get("name"):
+            return volume, rel
+    raise LookupError(f"the pod has no volume {mount.get('name')!r} (mounted at {mpath})")
+
+
+def _item_key(source: dict, rel: str) -> tuple[str | None, int | None]:
+    """(key, item mode) of the file ``rel`` in a ConfigMap/Secret volume source."""
+    items = source.get("items")
+    if items:
+        for item in items:
+            if posixpath.normpath(item.get("path") or "") == rel:
+                return item.get("key"), item.get("mode")
+        return None, None
+    return (rel if rel and "/" not in rel else None), None
+
+
+class JoinSimulator:
+    """Watches the sandbox cluster's pods (one thread) and joins bcd pods (another thread)."""
+
+    def __init__(self, kubeconfig: str, db_path, pki: Pki, seed: Seed, control_plane_url: str, gateway_url: str,
+                 faults: Faults):
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.db_path = db_path
+        self.store: Store | None = None
+        self.pki = pki
+        self.seed = seed
+        self.control_plane_url = control_plane_url.rstrip("/")
+        self.gateway_url = gateway_url.rstrip("/")
+        self.faults = faults
+        self.lock = threading.RLock()
+        self.pods: dict[str, dict] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self.events: dict[tuple[str, str], tuple[str, int]] = {}
+        self.last_ready: dict[str, float] = {}
+        self.started = time.monotonic()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.synced = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for name, target in (("pod-watch", self._watch), ("joiner", self._work)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+    # -- pod cache -------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        while not self.stopping.is_set():
+            try:
+                resp = self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=30)
+                doc = json.loads(resp.data)
+                with self.lock:
+                    self.pods = {p["metadata"]["uid"]: p for p in doc.get("items") or []}
+                self.synced.set()
+                self.wake.set()
+                w = watch.Watch()
+                for event in w.stream(self.core.list_pod_for_all_namespaces, deserialize=False,
+                                      resource_version=doc["metadata"]["resourceVersion"], timeout_seconds=60,
+                                      allow_watch_bookmarks=True, _request_timeout=90):
+                    if self.stopping.is_set():
+                        w.stop()
+                        break
+                    kind, obj = event.get("type"), event.get("raw_object") or {}
+                    if kind == "ERROR":
+                        break
+                    if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                        continue
+                    uid = (obj.get("metadata") or {}).get("uid")
+                    with self.lock:
+                        if kind == "DELETED":
+                            self.pods.pop(uid, None)
+                        else:
+                            self.pods[uid] = obj
+                    self.wake.set()
+            except Exception as exc:  # noqa: BLE001 - the cluster may be down; keep trying
+                log.warning("watching pods failed (%s: %s); retrying in 2s", type(exc).__name__, exc)
+                self.stopping.wait(2.0)
+
+    # -- the work loop ---------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        self.store = Store(self.db_path)
+        tick = min(1.0, self.seed.join_retry_seconds)
+        while not self.stopping.is_set():
+            self.wake.wait(timeout=tick)
+            self.wake.clear()
+            if self.stopping.is_set():
+                break
+            if not self.synced.is_set():
+                continue
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("join simulator pass failed")
+            self.stopping.wait(0.05)  # coalesce bursts of pod events
+
+    def reconcile(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            pods = dict(self.pods)
+            for uid in [u for u in self.outcomes if u not in pods]:
+                del self.outcomes[uid]
+            for key in [k for k in self.events if k[0] not in pods]:
+                del self.events[key]
+        self._cache = {}
+        for uid, pod in pods.items():
+            container = join_container(pod)
+            if container is None:
+                continue
+            spec, status = pod.get("spec") or {}, pod.get("status") or {}
+            if not spec.get("nodeName") or status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            with self.lock:
+                last = self.outcomes.get(uid)
+            if last and (last.ok or now - last.at < self.seed.join_retry_seconds):
+                continue
+            self.attempt(uid, pod, container, now)
+        self.report(pods, now)
+
+    # -- one join --------------------------------------------------------------------------------
+
+    def attempt(self, uid: str, pod: dict, container: dict, now: float) -> Outcome:
+        meta, node_name = pod["metadata"], pod["spec"]["nodeName"]
+        try:
+            node, rejoined = self._join(pod, container, node_name)
+        except Refusal as refusal:
+            outcome = Outcome(False, refusal.reason, refusal.message, now, node_name, meta["name"], meta["namespace"])
+            self.faults.count_join("refused", refusal.reason)
+            log.info("join of %s (pod %s/%s) refused: %s", node_name, meta["namespace"], meta["name"], refusal)
+            self._event(pod, "Warning", EVENT_REFUSED, refusal.reason, f"{refusal.reason}: {refusal.message}")
+            if self.store.set_condition(node_name, "JoinRefused", {
+                    "type": "JoinRefused", "status": "True", "reason": refusal.reason, "message": refusal.message}):
+                log.info("node %s: condition JoinRefused %s", node_name, refusal.reason)
+        except Exception as exc:  # noqa: BLE001 - a failed API call is ours, not bcd's: retry quietly
+            outcome = Outcome(False, "Error", f"{type(exc).__name__}: {exc}", now, node_name, meta["name"],
+                              meta["namespace"])
+            log.warning("join of %s (pod %s/%s) failed on our side: %s", node_name, meta["namespace"], meta["name"],
+                        outcome.message)
+        else:
+            how = "joined before; no token spent" if rejoined else f"spent one use of {node['token_id']}"
+            message = f"joined as {node['id']} ({node['trust']}); {how}"
+            outcome = Outcome(True, "Rejoined" if rejoined else "Joined", message, now, node_name, meta["name"],
+                              meta["namespace"], node["id"])
+            self.faults.count_join("rejoined" if rejoined else "joined")
+            log.info("%s (pod %s/%s): %s", node_name, meta["namespace"], meta["name"], message)
+            self.store.set_condition(node_name, "JoinRefused", None)
+            self._label(node_name, node["id"])
+            self._event(pod, "Normal", EVENT_JOINED, "joined", message)
+            with self.lock:
+                self.last_ready[node_name] = now
+        with self.lock:
+            self.outcomes[uid] = outcome
+        return outcome
+
+    def _join(self, pod: dict, container: dict, node_name: str) -> tuple[dict, bool]:
+        """(node, joined before?) or raise Refusal."""
+        reason = self.faults.join_refusal(node_name)
+        if reason is not None:
+            raise Refusal("Refused", reason)
+        cmd = list(container.get("command") or []) + list(container.get("args") or [])
+        self._check_config(pod, container, _opt(cmd, "--config") or "/etc/bcd/config.toml")
+        env = {e.get("name"): e for e in container.get("env") or []}
+        field = (((env.get("NODE_NAME") or {}).get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field != "spec.nodeName":
+            raise Refusal("ConfigMismatch", "the join container has no NODE_NAME from spec.nodeName: bcd cannot tell "
+                                            "which Node it joins")
+        known = self.store.node_by_hostname(node_name)
+        if known:
+            return known, True
+        token_file = _opt(cmd, "--token-file")
+        if not token_file:
+            raise Refusal("NoToken", "bcd join has no --token-file and the node never joined")
+        token_id = self._read_token(pod, container, token_file)
+        node, why = self.store.spend_and_join(token_id, node_name, self.seed.site_id, self.seed.hosted_trust())
+        if node is None:
+            token = self.store.token(token_id) or {}
+            detail = {
+                "TokenUnknown": "the control plane has no such token",
+                "TokenRevoked": f"join token {token_id} was revoked",
+                "TokenExpired": f"join token {token_id} expired",
+                "TokenExhausted": f"join token {token_id} has no use left ({token.get('uses')} of {token.get('max_uses')} spent)",
+            }[why]
+            raise Refusal("TokenInvalid" if why == "TokenUnknown" else why, detail)
+        return node, False
+
+    def _read_key(self, pod: dict, container: dict, path: str, kind: str) -> tuple[bytes | None, str, int | None]:
+        """(content or None when absent, where, mode) of a file from a ConfigMap or Secret volume."""
+        volume, rel = volume_file(pod, container, path)
+        source_key = "configMap" if kind == "ConfigMap" else "secret"
+        source = volume.get(source_key)
+        if source is None:
+            raise LookupError(f"{path} is on volume {volume.get('name')!r}, which is not a {kind} volume")
+        name = source.get("name") if kind == "ConfigMap" else source.get("secretName")
+        key, item_mode = _item_key(source, rel)
+        namespace = pod["metadata"]["namespace"]
+        where = f"{kind} {namespace}/{name}"
+        if key is None:
+            raise LookupError(f"{where} volume {volume.get('name')!r} maps no key to {path}")
+        mode = item_mode if item_mode is not None else source.get("defaultMode", 0o644)
+        from kubernetes.client.rest import ApiException
+
+        try:
+            obj = self._read(kind, namespace, name)
+            if kind == "ConfigMap":
+                data = (obj.data or {}).get(key)
+                content = data.encode() if data is not None else None
+                if content is None and (obj.binary_data or {}).get(key) is not None:
+                    content = base64.b64decode(obj.binary_data[key])
+            else:
+                data = (obj.data or {}).get(key)
+                content = base64.b64decode(data) if data is not None else None
+        except ApiException as exc:
+            if exc.status == 404:
+                return None, f"{where} does not exist", mode
+            raise
+        except (binascii.Error, ValueError):
+            return None, f"{where} key {key!r} is not base64", mode
+        if content is None:
+            return None, f"{where} has no key {key!r}", mode
+        return content, f"{where} key {key!r}", mode
+
+    def _read(self, kind: str, namespace: str, name: str):
+        """Read a ConfigMap or Secret, once per pass (the pods of one pass see the same objects)."""
+        from kubernetes.client.rest import ApiException
+
+        key = (kind, namespace, name)
+        cache = getattr(self, "_cache", None)
+        if cache is not None and key in cache:
+            hit = cache[key]
+            if isinstance(hit, ApiException):
+                raise hit
+            return hit
+        try:
+            if kind == "ConfigMap":
+                obj = self.core.read_namespaced_config_map(name, namespace)
+            else:
+                obj = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if cache is not None and exc.status == 404:
+                cache[key] = exc
+            raise
+        if cache is not None:
+            cache[key] = obj
+        return obj
+
+    def _check_config(self, pod: dict, container: dict, path: str) -> None:
+        try:
+            raw, where, _ = self._read_key(pod, container, path, "ConfigMap")
+        except LookupError as exc:
+            raise Refusal("NoConfig", str(exc)) from None
+        if raw is None:
+            raise Refusal("NoConfig", f"{path}: {where}")
+        try:
+            doc = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise Refusal("ConfigMismatch", f"{path} ({where}) is not valid TOML: {exc}") from None
+        pins = self.pki.pins()
+        want = {
+            "site": self.seed.site_id,
+            "gateway.url": self.gateway_url,
+            "pins.serving_ca": pins["serving_ca"],
+            "pins.join_signing": pins["join_signing"],
+            "pins.join_encryption": pins["join_encryption"],
+            "join.hosted": "kubernetes",
+        }
+
+        def get(dotted: str):
+            value = doc
+            for part in dotted.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            return value
+
+        problems = []
+        for key, expected in want.items():
+            value = get(key)
+            if isinstance(value, str) and key.endswith("url"):
+                value = value.rstrip("/")
+            if value != expected:
+                shown = "missing" if value is None else json.dumps(value)
+                problems.append(f"{key} is {shown}, the control plane's is {json.dumps(expected)}")
+        server = get("join.server")
+        if server is not None and (not isinstance(server, str) or server.rstrip("/") != self.control_plane_url):
+            problems.append(f"join.server is {json.dumps(server)}, another control plane than {self.control_plane_url}")
+        if problems:
+            raise Refusal("ConfigMismatch", f"{path} ({where}): " + "; ".join(problems))
+
+    def _read_token(self, pod: dict, container: dict, path: str) -> str:
+        try:
+            raw, where, mode = self._read_key(pod, container, path, "Secret")
+        except LookupError as exc:
+            raise Refusal("NoToken", str(exc)) from None
+        if raw is None:
+            raise Refusal("NoToken", f"no token file {path}: {where}")
+        if mode is not None and mode & 0o077:
+            raise Refusal("TokenFileMode", f"{path} would be mode {mode:04o}: bcd join refuses a token file group or "
+                                           "others can read")
+        if len(raw) > MAX_TOKEN:
+            raise Refusal("TokenInvalid", f"{path} is over 4 KiB")
+        try:
+            token = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise Refusal("TokenInvalid", f"{path} ({where}) is not a join token") from None
+        token_id = self.pki.token_id_of(token)
+        if token_id is None:
+            raise Refusal("TokenInvalid", f"{path} ({where}) holds no join token this control plane issued")
+        return token_id
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def report(self, pods: dict[str, dict], now: float) -> None:
+        with self.lock:
+            joined_hosts = {
+                (pod.get("spec") or {}).get("nodeName")
+                for uid, pod in pods.items()
+                if uid in self.outcomes and self.outcomes[uid].ok and _ready(pod)
+            }
+        for node in self.store.nodes():
+            host = node["hostname"]
+            if host in joined_hosts:
+                with self.lock:
+                    self.last_ready[host] = now
+                if node["state"] == "offline" and self.store.set_offline(host, False):
+                    log.info("node %s (%s) reports again", host, node["id"])
+                if "Reporting" in node["conditions"]:
+                    self.store.set_condition(host, "Reporting", None)
+                continue
+            with self.lock:
+                since = self.last_ready.setdefault(host, now)
+            if now - since >= self.seed.offline_grace_seconds and node["state"] != "offline":
+                self.store.set_offline(host, True)
+                self.store.set_condition(host, "Reporting", {
+                    "type": "Reporting", "status": "False", "reason": "NoReadyPod",
+                    "message": f"no Running and Ready bcd pod that joined on {host} for "
+                               f"{self.seed.offline_grace_seconds:g}s"})
+                log.info("node %s (%s) is offline: no Running and Ready bcd pod", host, node["id"])
+
+    # -- Kubernetes side effects -----------------------------------------------------------------
+
+    def _label(self, node_name: str, node_id: str | None) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.patch_node(node_name, {"metadata": {"labels": {NODE_ID_LABEL: node_id}}})
+        except ApiException as exc:
+            log.warning("labelling Node %s failed: %s %s", node_name, exc.status, exc.reason)
+
+    def _event(self, pod: dict, etype: str, reason: str, key: str, message: str) -> None:
+        """One Event per (pod, key): created once, then its count and lastTimestamp move."""
+        from kubernetes.client.rest import ApiException
+
+        meta = pod["metadata"]
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self.lock:
+            name, count = self.events.get((meta["uid"], key), (None, 0))
+        try:
+            if name is not None:
+                try:
+                    self.core.patch_namespaced_event(name, meta["namespace"], {
+                        "count": count + 1, "lastTimestamp": stamp, "message": message})
+                    with self.lock:
+                        self.events[(meta["uid"], key)] = (name, count + 1)
+                    return
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            name = f"{meta['name']}.bcd-join-{key.lower()}.{int(time.time() * 1000):x}"[:253]
+            self.core.create_namespaced_event(meta["namespace"], {
+                "metadata": {"name": name, "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                   "namespace": meta["namespace"], "uid": meta["uid"],
+                                   "fieldPath": "spec.initContainers{join}"},
+                "reason": reason, "message": message, "type": etype,
+                "source": {"component": "bcd-join", "host": pod["spec"].get("nodeName")},
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            })
+            with self.lock:
+                self.events[(meta["uid"], key)] = (name, 1)
+        except ApiException as exc:
+            log.warning("recording Event %s on pod %s/%s failed: %s %s", reason, meta["namespace"], meta["name"],
+                        exc.status, exc.reason)
+
+    # -- admin -------------------------------------------------------------------------------------
+
+    def joins(self) -> list[dict]:
+        """The last join attempt of every bcd pod the simulator tried, by Node name."""
+        with self.lock:
+            return sorted((o.view() for o in self.outcomes.values()), key=lambda v: (v["node"], v["pod"]))
+
+    def forgotten(self, nodes: list[dict]) -> None:
+        """The control plane forgot ``nodes`` (admin): drop their label and retry their pods."""
+        hosts = {n["hostname"] for n in nodes}
+        with self.lock:
+            for uid in [u for u, o in self.outcomes.items() if o.node in hosts]:
+                del self.outcomes[uid]
+            for host in hosts:
+                self.last_ready.pop(host, None)
+        for host in sorted(hosts):
+            self._label(host, None)
+        self.wake.set()

@@ -1,0 +1,232 @@
+"""The emulator's PKI and secrets, made at first start under ``<sandbox dir>/control-plane/``.
+
+Every file is created 0600 in a 0700 directory, and only when missing, so a restart keeps every
+identity (and the tokens minted under the token secret stay valid):
+
+* ``ca.pem`` / ``ca.key``: the serving CA (EC P-256, self-signed, basicConstraints CA:TRUE
+  pathlen 0, keyUsage keyCertSign + cRLSign + digitalSignature, SKI and AKI). It signs the
+  emulator's server certificate and is also the gateway's serving CA: the sandbox's gateway URL
+  points at the emulator itself, nothing connects to it, but its pin is real.
+* ``server.pem`` / ``server.key``: the server certificate (SANs ``localhost`` and ``127.0.0.1``,
+  EKU serverAuth, keyUsage digitalSignature, SKI and AKI), so Python's strict verification passes.
+* ``join-signing.key``, ``join-encryption.key``: the JoinService signing and encryption keys
+  (EC P-256). Discovery's ``joinKey`` is the public encryption key as a JWK.
+* ``token-secret``: 32 random bytes; a join token is ``bcdjt_<id>.<HMAC-SHA256(secret, id)>``,
+  so no token is stored and a replayed ``joinTokens.create`` gives the same token back.
+* ``api-key``: the tenant's API key (``bcdk_`` + 43 url-safe characters); ``admin-token``: the
+  bearer token of the admin endpoint.
+
+Pins are as control-plane-api.md (Pins) defines them: ``sha256/`` + standard base64 of the
+SHA-256 of the DER SubjectPublicKeyInfo.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+TOKEN_PREFIX = "bcdjt_"  # noqa: S105 - a prefix, not a secret
+
+
+def write_secret_file(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data``, mode 0600 from the first byte on (atomic rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def spki_der(public_key) -> bytes:
+    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def pin(public_key) -> str:
+    """``sha256/<base64 of SHA-256 of the DER SPKI>`` (44 base64 characters with padding)."""
+    return "sha256/" + base64.b64encode(hashlib.sha256(spki_der(public_key)).digest()).decode("ascii")
+
+
+def public_jwk(public_key: ec.EllipticCurvePublicKey, use: str) -> dict:
+    """The public P-256 key as a JWK with ``kid`` (its RFC 7638 thumbprint) and ``use``."""
+    numbers = public_key.public_numbers()
+    x = _b64url(numbers.x.to_bytes(32, "big"))
+    y = _b64url(numbers.y.to_bytes(32, "big"))
+    thumb = json.dumps({"crv": "P-256", "kty": "EC", "x": x, "y": y}, separators=(",", ":"), sort_keys=True)
+    kid = _b64url(hashlib.sha256(thumb.encode("ascii")).digest())
+    return {"kty": "EC", "crv": "P-256", "x": x, "y": y, "kid": kid, "use": use}
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def _load_key(path: Path):
+    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+
+
+def _ca(key) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "bcd-ansible sandbox"),
+        x509.NameAttribute(NameOID.COMMON_NAME, "bcd sandbox control-plane serving CA"),
+    ])
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+            key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
+        ), critical=True)
+        .add_extension(ski, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _server(key, ca_cert: x509.Certificate, ca_key) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=825))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+            key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False,
+        ), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        ]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+
+@dataclass
+class Pki:
+    """The emulator's keys and secrets, loaded from (or first made in) ``directory``."""
+
+    directory: Path
+    ca_cert: x509.Certificate
+    signing_key: ec.EllipticCurvePrivateKey
+    encryption_key: ec.EllipticCurvePrivateKey
+    token_secret: bytes
+    api_key: str
+    admin_token: str
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def server_cert_file(self) -> Path:
+        return self.directory / "server.pem"
+
+    @property
+    def server_key_file(self) -> Path:
+        return self.directory / "server.key"
+
+    def pins(self) -> dict:
+        """``{serving_ca, join_signing, join_encryption}``, each ``sha256/<base64>``."""
+        return {
+            "serving_ca": pin(self.ca_cert.public_key()),
+            "join_signing": pin(self.signing_key.public_key()),
+            "join_encryption": pin(self.encryption_key.public_key()),
+        }
+
+    def join_key(self) -> dict:
+        """Discovery's ``joinKey``: the public encryption key as a JWK, ``use`` "enc"."""
+        return public_jwk(self.encryption_key.public_key(), "enc")
+
+    def token_for(self, token_id: str) -> str:
+        """The secret join token of ``token_id`` (derived, never stored)."""
+        mac = hmac.new(self.token_secret, token_id.encode("ascii"), hashlib.sha256).digest()
+        return f"{TOKEN_PREFIX}{token_id}.{_b64url(mac)}"
+
+    def token_id_of(self, token: str) -> str | None:
+        """The id a presented token names, when its MAC is right; else None."""
+        if not token.startswith(TOKEN_PREFIX) or "." not in token:
+            return None
+        token_id = token[len(TOKEN_PREFIX):].rsplit(".", 1)[0]
+        try:
+            token_id.encode("ascii")
+        except UnicodeEncodeError:
+            return None
+        return token_id if hmac.compare_digest(self.token_for(token_id), token) else None
+
+
+def ensure(directory: Path) -> Pki:
+    """Load the PKI from ``directory``, making whatever is missing (keys 0600, dir 0700)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+
+    def key_file(name: str):
+        path = directory / name
+        if not path.exists():
+            write_secret_file(path, _key_pem(_new_key()))
+        return _load_key(path)
+
+    ca_key = key_file("ca.key")
+    ca_path = directory / "ca.pem"
+    if not ca_path.exists():
+        write_secret_file(ca_path, _ca(ca_key).public_bytes(serialization.Encoding.PEM))
+        (directory / "server.pem").unlink(missing_ok=True)
+    ca_cert = x509.load_pem_x509_certificate(ca_path.read_bytes())
+    server_key = key_file("server.key")
+    server_path = directory / "server.pem"
+    if not server_path.exists():
+        write_secret_file(server_path, _server(server_key, ca_cert, ca_key).public_bytes(serialization.Encoding.PEM))
+
+    def random_file(name: str, make) -> bytes:
+        path = directory / name
+        if not path.exists():
+            write_secret_file(path, make())
+        return path.read_bytes()
+
+    token_secret = random_file("token-secret", lambda: secrets.token_bytes(32))
+    api_key = random_file("api-key", lambda: ("bcdk_" + secrets.token_urlsafe(32)).encode("ascii")).decode().strip()
+    admin_token = random_file("admin-token", lambda: secrets.token_urlsafe(32).encode("ascii")).decode().strip()
+    return Pki(
+        directory=directory,
+        ca_cert=ca_cert,
+        signing_key=key_file("join-signing.key"),
+        encryption_key=key_file("join-encryption.key"),
+        token_secret=token_secret,
+        api_key=api_key,
+        admin_token=admin_token,
+    )
