@@ -1,0 +1,546 @@
+#!/usr/bin/python
+"""Ansible module bcd_gpu_isolation: prove, node by node, that bcd is the only source of GPUs."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_gpu_isolation
+short_description: Verify GPU isolation on a node root, or on every selected node of a cluster
+description:
+  - bcd may hand out GPUs only where nothing else does (seed 000, section GPU isolation; issue 6).
+    This module finds what else could, and gives every node a verdict, C(isolated), C(exposed)
+    or C(unverifiable), with each finding naming the file or object and its fix. It changes
+    nothing.
+  - "O(scope=node): reads one node's root directory (C(/) on the node itself, over SSH; a folder
+    of files collected from a node; a test folder). It reads every container runtime
+    configuration the node's runtime may read: containerd's C(/etc/containerd/config.toml) of
+    config versions 1 to 4 (v1 C(plugins.cri) and C([plugins.linux] runtime), C(options.BinaryName),
+    C(options.Runtime), C(runtime_engine), C(default_runtime)), its C(imports) globs (relative ones
+    from the importing file's directory, always inside the root) and the C(.toml)/C(.conf) files of
+    C(/etc/containerd/conf.d) and C(/etc/containerd/config.d); k3s's and RKE2's C(config.toml),
+    C(config.toml.tmpl) and C(config-v3.toml.tmpl) under C(/var/lib/rancher/<k3s|rke2>/agent/etc/containerd)
+    and their C(config.toml.d)/C(config-v3.toml.d); CRI-O's C(/etc/crio/crio.conf) and C(crio.conf.d);
+    and the OCI hooks of C(/usr/share/containers/oci/hooks.d), C(/etc/containers/oci/hooks.d) and
+    CRI-O's C(hooks_dir)."
+  - "For each runtime or hook that runs the NVIDIA container toolkit (C(nvidia-container-runtime),
+    its C(.cdi) variant included, C(nvidia-container-toolkit), C(nvidia-container-runtime-hook), or
+    a wrapper script that runs them) it derives the toolkit C(config.toml) that binary reads: the one a
+    wrapper names in C(NVIDIA_CTK_CONFIG_FILE_PATH) or C(XDG_CONFIG_HOME) (or a hook's C(-config)
+    argument); else C(<dir>/.config/nvidia-container-runtime/config.toml) for a binary in a
+    C(toolkit) directory (the GPU operator's); else C(/etc/nvidia-container-runtime/config.toml).
+    That file must exist and set C(accept-nvidia-visible-devices-envvar-when-unprivileged = false)
+    (absent or commented out is the default, true). Any known toolkit configuration that accepts the
+    variable is exposure too, and so is C(accept-nvidia-visible-devices-as-volume-mounts = true), and
+    a containerd runtime that passes C(cdi.k8s.io/*) pod annotations to the NVIDIA runtime. A file that
+    does not parse, or no runtime configuration at all, makes the node C(unverifiable), never
+    C(isolated)."
+  - "O(scope=cluster): reads the cluster with the kubernetes client (C(bcd_kubeconfig),
+    C(bcd_kube_context)) and checks every Node C(bcd_node_selector) selects: another device plugin
+    (the Node's allocatable C(nvidia.com/*) above zero); another GPU DRA driver (a ResourceSlice of
+    C(resource.k8s.io) v1, v1beta2 or v1beta1, whichever the API serves, whose driver is not
+    C(gpu.bcd.dev) and whose name contains C(gpu), such as C(gpu.nvidia.com), offering devices; it
+    concerns its C(spec.nodeName), or every node when it has none; an API without
+    C(resource.k8s.io) is no evidence either way); and each GPU operator ClusterPolicy (the device
+    plugin on, C(spec.devicePlugin.enabled) absent meaning on; the NRI plugin on; the operator's
+    toolkit on without C(ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false); and, with
+    C(bcd_nvidia_toolkit=gpu-operator), CDI off). ClusterPolicy findings apply to every selected node.
+    Any other API error fails the module: it is never read as no findings."
+  - "Node files in O(scope=cluster) come from O(node_results) (this module's O(scope=node) results from
+    the hosts of inventory group C(gpu_nodes), over SSH) and from C(bcd_node_roots) (collected roots on
+    this host). For a node whose files were not read: with C(bcd_nvidia_toolkit=gpu-operator) the
+    ClusterPolicy is the evidence (device plugin off, toolkit env false, CDI on, NRI off) and the
+    result says plainly that the node files were not read; with C(packages) or custom paths the node
+    is C(unverifiable)."
+  - "O(scope=settings): validates the GPU-isolation variables only and returns them normalised, for
+    the role's own tasks."
+  - Needs Python 3.11 (C(tomllib)) or the C(tomli) package on a node for O(scope=node); O(scope=cluster)
+    and O(scope=settings) need the controller's C(kubernetes) and C(pydantic).
+options:
+  scope:
+    description: What to check (see the description).
+    type: str
+    choices: [cluster, node, settings]
+    default: cluster
+  config:
+    description:
+      - The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them. Required for
+        O(scope=cluster) and O(scope=settings). Only C(bcd_nvidia_toolkit), C(bcd_container_runtime),
+        C(bcd_node_selector), C(bcd_gpu_isolation_enforce), C(bcd_node_roots), C(bcd_node_root),
+        C(bcd_report_out), C(bcd_kubeconfig) and C(bcd_kube_context) are validated here; an unknown
+        C(bcd_*) name is refused.
+    type: dict
+  root:
+    description: O(scope=node) only. The node's root directory as this host sees it.
+    type: path
+    default: /
+  node_name:
+    description: O(scope=node) only. The name the result carries (the Kubernetes Node's name).
+    type: str
+    default: node
+  runtime_paths:
+    description:
+      - O(scope=node) only. Extra runtime configuration files and directories to read, as
+        RV(settings.runtime_paths) gives them (C(bcd_container_runtime)); the known locations are
+        always read.
+    type: dict
+    default: {}
+  toolkit_paths:
+    description:
+      - O(scope=node) only. Extra toolkit configuration files and directories, as
+        RV(settings.toolkit_paths) gives them (C(bcd_nvidia_toolkit)).
+    type: dict
+    default: {}
+  node_results:
+    description:
+      - O(scope=cluster) only. The registered loop results of O(scope=node) runs on the C(gpu_nodes)
+        hosts; each item's C(item.node) names the Node when the run failed or was unreachable (that
+        node is then C(unverifiable), with the error).
+    type: list
+    elements: dict
+    default: []
+  cluster_name:
+    description: The name the report gives the cluster (the inventory host).
+    type: str
+    default: cluster
+  base_dir:
+    description:
+      - O(scope=settings) and O(scope=cluster). Relative C(bcd_node_root), C(bcd_node_roots) and C(bcd_report_out) are taken
+        relative to this directory (the directory ansible-playbook runs in); default the module's own.
+    type: path
+  enforce:
+    description:
+      - O(scope=node) only (O(scope=cluster) reads C(bcd_gpu_isolation_enforce)). When false, a node
+        that is not C(isolated) gives a warning here; the role's gate fails only when this is true.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Validate the GPU isolation variables
+  bcd_gpu_isolation:
+    scope: settings
+    config: "{{ lookup('bcd_inventory') }}"
+  register: settings
+
+- name: Read a GPU node's files (on the node, over SSH)
+  bcd_gpu_isolation:
+    scope: node
+    root: /
+    node_name: gpu-node-1
+    runtime_paths: "{{ settings.settings.runtime_paths }}"
+    toolkit_paths: "{{ settings.settings.toolkit_paths }}"
+  delegate_to: gpu-node-1
+
+- name: Check a folder of files collected from a node
+  bcd_gpu_isolation:
+    scope: node
+    root: /srv/collected/gpu-node-1
+
+- name: Verdict for every selected node of the cluster
+  bcd_gpu_isolation:
+    scope: cluster
+    config: "{{ lookup('bcd_inventory') }}"
+    cluster_name: "{{ inventory_hostname }}"
+  register: isolation
+"""
+
+RETURN = r"""
+settings:
+  description: O(scope=settings). The validated GPU-isolation variables.
+  returned: scope is settings
+  type: dict
+  contains:
+    mode:
+      description: C(gpu-operator), C(packages) or C(custom) (C(bcd_nvidia_toolkit)).
+      type: str
+    runtime_paths:
+      description: C(bcd_container_runtime) as C({files, dirs}).
+      type: dict
+    toolkit_paths:
+      description: C(bcd_nvidia_toolkit) as C({files, dirs}).
+      type: dict
+    label_selector:
+      description: C(bcd_node_selector) as a label selector (C(k=v,k2=v2)).
+      type: str
+    enforce:
+      description: C(bcd_gpu_isolation_enforce).
+      type: bool
+    report_out:
+      description: C(bcd_report_out), or null.
+      type: str
+    node_root:
+      description: C(bcd_node_root), or null.
+      type: str
+    node_roots:
+      description: C(bcd_node_roots).
+      type: dict
+node:
+  description:
+    - O(scope=node). The node's result; paths are as on the node.
+  returned: scope is node
+  type: dict
+  contains:
+    name: {description: O(node_name)., type: str}
+    root: {description: O(root)., type: str}
+    verdict: {description: "C(isolated), C(exposed) or C(unverifiable).", type: str}
+    findings:
+      description: What lets GPUs out, or what could not be decided.
+      type: list
+      elements: dict
+      contains:
+        status: {description: "C(exposed) or C(unverifiable).", type: str}
+        check: {description: "A short id, such as C(toolkit-config-missing).", type: str}
+        where: {description: "The file (as on the node) or C(Kind/name) of the object.", type: str}
+        message: {description: What is wrong., type: str}
+        fix: {description: What to change., type: str}
+    files_read: {description: Every runtime, hook and toolkit file read., type: list, elements: str}
+    runtimes:
+      description: Each runtime that runs the NVIDIA toolkit (C(name), C(file), C(key), C(binary), C(toolkit_configs)).
+      type: list
+      elements: dict
+    hooks: {description: Each OCI hook that runs the toolkit., type: list, elements: dict}
+    toolkit_configs:
+      description: Each toolkit configuration read or required (C(path), C(exists), C(readers), the two keys).
+      type: list
+      elements: dict
+    notes: {description: Advice that does not change the verdict (the CDI specification)., type: list, elements: str}
+nodes:
+  description:
+    - One entry per node (O(scope=cluster) - every Node C(bcd_node_selector) selects; O(scope=node) - the node).
+  returned: scope is cluster or node
+  type: list
+  elements: dict
+  contains:
+    name: {description: The Node's name., type: str}
+    verdict: {description: "C(isolated), C(exposed) or C(unverifiable).", type: str}
+    findings: {description: As in RV(node.findings)., type: list, elements: dict}
+    node_files:
+      description: "Where the node files came from: C(over SSH from <host>), C(from <dir>), or C(not read)."
+      type: str
+    notes: {description: Advice; says so when node files were not read and the ClusterPolicy is the evidence., type: list, elements: str}
+cluster_findings:
+  description: O(scope=cluster). ClusterPolicy and ResourceSlice findings (also in each node they concern).
+  returned: scope is cluster
+  type: list
+  elements: dict
+summary:
+  description: Node count per verdict.
+  returned: scope is cluster or node
+  type: dict
+passed:
+  description: True when every node is C(isolated) (and at least one node was checked).
+  returned: scope is cluster or node
+  type: bool
+table:
+  description: The per-node table, one line per node, finding and fix.
+  returned: scope is cluster or node
+  type: list
+  elements: str
+report:
+  description:
+    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "findings", "node_files",
+      "notes"}], "summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
+      "unmatched_node_files"}).'
+  returned: scope is cluster or node
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_gpu_isolation import (
+    ISOLATED,
+    NodeRootError,
+    combine,
+    summary,
+    table,
+    verify_node_root,
+)
+
+VARIABLES = (
+    "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
+    "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
+)
+SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+class KubeFailure(Exception):
+    pass
+
+
+def _settings(module) -> dict:
+    from ansible.module_utils.bcd_model import ConfigError, load_some
+
+    try:
+        inv = load_some(module.params["config"] or {}, VARIABLES)
+    except ConfigError as exc:
+        module.fail_json(msg="\n".join(exc.lines), errors=exc.lines)
+        raise
+    toolkit = inv.bcd_nvidia_toolkit
+    runtime = inv.bcd_container_runtime
+    base = module.params["base_dir"] or os.getcwd()
+
+    def absolute(p):
+        return p if p is None else os.path.normpath(os.path.join(base, os.path.expanduser(p)))
+
+    return {
+        "mode": toolkit.preset if toolkit.preset in ("gpu-operator", "packages") else "custom",
+        "runtime_paths": {"files": list(runtime.files), "dirs": list(runtime.dirs)},
+        "toolkit_paths": {"files": list(toolkit.files), "dirs": list(toolkit.dirs)},
+        "node_selector": dict(inv.bcd_node_selector),
+        "label_selector": ",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items())),
+        "enforce": inv.bcd_gpu_isolation_enforce,
+        "report_out": absolute(inv.bcd_report_out),
+        "node_root": absolute(inv.bcd_node_root),
+        "node_roots": {k: absolute(v) for k, v in inv.bcd_node_roots.items()},
+        "kubeconfig": inv.bcd_kubeconfig,
+        "kube_context": inv.bcd_kube_context,
+    }
+
+
+def _paths(module, name: str) -> dict:
+    value = module.params[name] or {}
+    out = {"files": [], "dirs": []}
+    for key in out:
+        items = value.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(p, str) and p.startswith("/") for p in items):
+            module.fail_json(msg=f"INVALID_CONFIG: {name}.{key}: must be a list of absolute paths")
+        out[key] = items
+    extra = sorted(set(value) - {"files", "dirs", "preset"})
+    if extra:
+        module.fail_json(msg=f"INVALID_CONFIG: {name}: unknown key {extra[0]!r} (expected files, dirs)")
+    return out
+
+
+def _gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
+    counts = summary(nodes)
+    passed = bool(nodes) and all(n["verdict"] == ISOLATED for n in nodes)
+    report = {
+        "cluster": cluster,
+        "passed": passed,
+        "enforce": enforce,
+        "summary": counts,
+        "nodes": [
+            {k: n.get(k) for k in ("name", "verdict", "findings", "node_files", "notes")} for n in nodes
+        ],
+    }
+    report.update(extra)
+    return {"nodes": report["nodes"], "summary": counts, "passed": passed, "table": table(nodes), "report": report}
+
+
+# --- Kubernetes ------------------------------------------------------------------------------
+
+def _client(kubeconfig, context):
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig, context=context)
+        try:
+            return config.new_client_from_config(context=context)
+        except ConfigException:
+            config.load_incluster_config()
+            return client.ApiClient()
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise KubeFailure(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+
+
+def _describe(what: str, exc: Exception) -> str:
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        message = exc.reason
+        try:
+            message = json.loads(exc.body).get("message", message)
+        except (TypeError, ValueError, AttributeError):
+            pass
+        return f"{what}: Kubernetes API {exc.status}: {message}"
+    return f"{what}: cannot reach the Kubernetes API: {exc}"
+
+
+def _call(what: str, fn, *args, **kwargs):
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return fn(*args, **kwargs)
+    except (ApiException, HTTPError, OSError) as exc:
+        raise KubeFailure(_describe(what, exc)) from None
+
+
+def _pages(what: str, fn, *args, **kwargs) -> list:
+    """Every item of a list call (typed or custom objects), following ``continue`` tokens."""
+    items, token = [], None
+    while True:
+        extra = {"_continue": token} if token else {}
+        page = _call(what, fn, *args, limit=500, **extra, **kwargs)
+        if isinstance(page, dict):
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+        else:
+            items.extend(page.items)
+            token = page.metadata._continue
+        if not token:
+            return items
+
+
+def _read_cluster(api, label_selector: str) -> dict:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    nodes = [api.sanitize_for_serialization(n) for n in _pages("list Nodes", core.list_node, label_selector=label_selector)]
+    groups = _call("API discovery", client.ApisApi(api).get_api_versions)
+    served = {g.name: {v.version for v in g.versions} for g in groups.groups or []}
+    slice_api = next((v for v in SLICE_VERSIONS if v in served.get("resource.k8s.io", set())), None)
+    slices = None
+    if slice_api:
+        slices = _pages(
+            f"list ResourceSlices (resource.k8s.io/{slice_api})",
+            custom.list_cluster_custom_object, "resource.k8s.io", slice_api, "resourceslices",
+        )
+    policies = None
+    if "v1" in served.get("nvidia.com", set()):
+        try:
+            policies = custom.list_cluster_custom_object("nvidia.com", "v1", "clusterpolicies")
+            policies = policies.get("items") or []
+        except ApiException as exc:
+            if exc.status != 404:  # nvidia.com/v1 without ClusterPolicy: no GPU operator
+                raise KubeFailure(_describe("list ClusterPolicies (nvidia.com/v1)", exc)) from None
+            policies = None
+        except Exception as exc:  # noqa: BLE001 - any transport failure is an error, never "no findings"
+            raise KubeFailure(_describe("list ClusterPolicies (nvidia.com/v1)", exc)) from None
+    return {"nodes": nodes, "slices": slices, "slice_api": slice_api, "policies": policies}
+
+
+# --- scopes ------------------------------------------------------------------------------------
+
+def run_node(module) -> None:
+    root = module.params["root"]
+    name = module.params["node_name"]
+    try:
+        result = verify_node_root(root, _paths(module, "runtime_paths"), _paths(module, "toolkit_paths"))
+    except NodeRootError as exc:
+        module.fail_json(msg=f"bcd_node_root: {exc}")
+        return
+    node = {"name": name, **result, "root": root}
+    entry = {**{k: node[k] for k in ("name", "verdict", "findings", "notes")}, "node_files": f"from {root}"}
+    gate = _gate([entry], None, module.params["enforce"], {"node_root": root})
+    if not gate["passed"] and not module.params["enforce"]:
+        module.warn(f"GPU isolation: {name} is {entry['verdict']} (bcd_gpu_isolation_enforce is false, so this is "
+                    "only a warning)")
+    module.exit_json(changed=False, node=node, **gate)
+
+
+def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
+    files: dict[str, dict] = {}
+    for r in module.params["node_results"] or []:
+        if not isinstance(r, dict):
+            continue
+        item = r.get(r.get("ansible_loop_var") or "item")
+        item = item if isinstance(item, dict) else {}
+        node = r.get("node") if isinstance(r.get("node"), dict) else None
+        name = (node or {}).get("name") or item.get("node")
+        if not name or r.get("skipped"):
+            continue
+        host = item.get("host") or name
+        source = f"over SSH from {host}"
+        if node and "verdict" in node:
+            files[name] = {"source": source, "result": node}
+        else:
+            files[name] = {"source": source, "error": r.get("msg") or "the node check did not run"}
+    for name, directory in sorted(settings["node_roots"].items()):
+        if name in files:
+            continue
+        try:
+            files[name] = {"source": f"from {directory}", "result": verify_node_root(
+                directory, settings["runtime_paths"], settings["toolkit_paths"],
+            )}
+        except NodeRootError as exc:
+            files[name] = {"source": f"from {directory}", "error": str(exc)}
+    return files, sorted(files)
+
+
+def run_cluster(module) -> None:
+    settings = _settings(module)
+    try:
+        api = _client(settings["kubeconfig"], settings["kube_context"])
+        cluster = _read_cluster(api, settings["label_selector"])
+    except KubeFailure as exc:
+        module.fail_json(msg=f"GPU isolation check: {exc}")
+        return
+    files, names = _node_files(module, settings)
+    result = combine(
+        nodes=cluster["nodes"], slices=cluster["slices"], slice_api=cluster["slice_api"],
+        policies=cluster["policies"], mode=settings["mode"], node_files=files,
+    )
+    selected = {n["name"] for n in result["nodes"]}
+    unmatched = [n for n in names if n not in selected]
+    extra = {
+        "bcd_nvidia_toolkit": settings["mode"],
+        "label_selector": settings["label_selector"],
+        "cluster_findings": result["cluster_findings"],
+        "resource_slices": (
+            f"resource.k8s.io/{cluster['slice_api']}" if cluster["slice_api"]
+            else "not served by this API server (no evidence either way)"
+        ),
+        "cluster_policies": [(p.get("metadata") or {}).get("name") for p in cluster["policies"] or []],
+        "unmatched_node_files": unmatched,
+    }
+    gate = _gate(result["nodes"], module.params["cluster_name"], settings["enforce"], extra)
+    if not result["nodes"]:
+        module.warn(f"GPU isolation: no Node matches bcd_node_selector ({settings['label_selector'] or 'every node'})")
+    if unmatched:
+        module.warn("GPU isolation: node files were given for nodes this cluster's selector does not select: "
+                    + ", ".join(unmatched))
+    if not gate["passed"] and not settings["enforce"] and result["nodes"]:
+        bad = [f"{n['name']} ({n['verdict']})" for n in result["nodes"] if n["verdict"] != ISOLATED]
+        module.warn("GPU isolation: not isolated: " + ", ".join(bad)
+                    + "; bcd_gpu_isolation_enforce is false, so this is only a warning")
+    module.exit_json(changed=False, cluster_findings=result["cluster_findings"], **gate)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "scope": {"type": "str", "choices": ["cluster", "node", "settings"], "default": "cluster"},
+            "config": {"type": "dict"},
+            "root": {"type": "path", "default": "/"},
+            "node_name": {"type": "str", "default": "node"},
+            "runtime_paths": {"type": "dict", "default": {}},
+            "toolkit_paths": {"type": "dict", "default": {}},
+            "node_results": {"type": "list", "elements": "dict", "default": []},
+            "cluster_name": {"type": "str", "default": "cluster"},
+            "enforce": {"type": "bool", "default": True},
+            "base_dir": {"type": "path"},
+        },
+        required_if=[("scope", "cluster", ("config",)), ("scope", "settings", ("config",))],
+        supports_check_mode=True,
+    )
+    scope = module.params["scope"]
+    if scope == "node":
+        run_node(module)
+    elif scope == "settings":
+        settings = _settings(module)
+        settings.pop("kubeconfig")
+        settings.pop("kube_context")
+        module.exit_json(changed=False, settings=settings)
+    else:
+        run_cluster(module)
+
+
+if __name__ == "__main__":
+    main()
