@@ -19,6 +19,8 @@ POST       /nodes/forget          ``{"hostnames": [...]}`` (absent: every node):
                                   plane forgets those nodes, as if their hosts' /var/lib/bcd
                                   were wiped; their Node label goes and their pods join again.
                                   Answers ``{"forgotten": [hostname, ...]}``. For tests.
+POST       /tokens/expire         ``{"id": "jt_..."}``: the token expires now (time passing,
+                                  for tests). Answers ``{"id", "expiresAt"}``; 404 if unknown.
 =========  =====================  ===========================================================
 
 The client: ``Admin.for_sandbox(sdir)`` (reads ``state.json`` and the admin token).
@@ -38,8 +40,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from sandbox.control_plane.app import rfc3339
 from sandbox.control_plane.config import Paths
 from sandbox.control_plane.faults import FaultError, Faults
+
+
+class _NotFound(Exception):
+    pass
 
 
 def _error(code: str, message: str, status: int) -> JSONResponse:
@@ -68,6 +75,8 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
                 return JSONResponse(await handler(request))
             except FaultError as exc:
                 return _error("INVALID_INPUT", str(exc), 400)
+            except _NotFound as exc:
+                return _error("NOT_FOUND", str(exc), 404)
         return wrapped
 
     async def healthz(request):
@@ -102,6 +111,15 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
             await run_in_threadpool(joiner.forgotten, gone)
         return {"forgotten": sorted(n["hostname"] for n in gone)}
 
+    async def expire(request):
+        doc = await body(request)
+        if not isinstance(doc, dict) or set(doc) != {"id"} or not isinstance(doc["id"], str):
+            raise FaultError('the body must be {"id": "<join token id>"}')
+        row = store.expire_token(doc["id"])
+        if row is None:
+            raise _NotFound(f"no join token {doc['id']!r}")
+        return {"id": row["id"], "expiresAt": rfc3339(row["expires_at"])}
+
     async def not_found(request, exc):
         return _error("NOT_FOUND", f"no route {request.method} {request.url.path}", 404)
 
@@ -112,6 +130,7 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
         Route("/counters/reset", guarded(counters), methods=["POST"]),
         Route("/joins", guarded(joins), methods=["GET"]),
         Route("/nodes/forget", guarded(forget), methods=["POST"]),
+        Route("/tokens/expire", guarded(expire), methods=["POST"]),
     ], exception_handlers={404: not_found, 405: not_found})
 
 
@@ -165,6 +184,9 @@ class Admin:
 
     def joins(self) -> list[dict]:
         return self.request("GET", "/joins")["joins"]
+
+    def expire_token(self, token_id: str) -> dict:
+        return self.request("POST", "/tokens/expire", {"id": token_id})
 
     def forget_nodes(self, hostnames: list[str] | None = None) -> list[str]:
         body = {} if hostnames is None else {"hostnames": hostnames}

@@ -204,7 +204,7 @@ class Api:
         self._pool(b["pool"])
         try:
             row, _ = self.store.create_token(b["tenant"], b["pool"], b["hosted"], b["maxUses"], b["ttlSeconds"],
-                                             b["key"], b.get("description", ""))
+                                             b["key"], b.get("description"))
         except KeyConflict as exc:
             raise ApiError("CONFLICT", f"key {b['key']!r} was used for join token {exc.existing['id']} with other "
                                        f"parameters ({', '.join(exc.differs)} differ)") from None

@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS join_tokens (
     uses INTEGER NOT NULL DEFAULT 0,
     ttl_seconds INTEGER NOT NULL,
     idem_key TEXT NOT NULL,
-    description TEXT NOT NULL DEFAULT '',
+    description TEXT,
     params TEXT NOT NULL,
     created_at REAL NOT NULL,
     expires_at REAL NOT NULL,
@@ -105,7 +105,7 @@ class Store:
         return dict(row) if row else None
 
     def create_token(self, tenant: str, pool: str, hosted: str, max_uses: int, ttl_seconds: int, key: str,
-                     description: str) -> tuple[dict, bool]:
+                     description: str | None) -> tuple[dict, bool]:
         """The token of idempotency ``key``: (row, created). Raises ``KeyConflict`` when ``key``
         was used with other parameters."""
         params = json.dumps({"pool": pool, "hosted": hosted, "maxUses": max_uses, "ttlSeconds": ttl_seconds,
@@ -131,6 +131,13 @@ class Store:
             conn.execute("UPDATE join_tokens SET revoked_at = ? WHERE id = ? AND tenant = ? AND revoked_at IS NULL",
                          (time.time(), token_id, tenant))
             row = conn.execute("SELECT * FROM join_tokens WHERE id = ? AND tenant = ?", (token_id, tenant)).fetchone()
+            return dict(row) if row else None
+
+    def expire_token(self, token_id: str) -> dict | None:
+        """Make the token expire now (a test hook standing in for time passing); None when unknown."""
+        with self.tx() as conn:
+            conn.execute("UPDATE join_tokens SET expires_at = MIN(expires_at, ?) WHERE id = ?", (time.time(), token_id))
+            row = conn.execute("SELECT * FROM join_tokens WHERE id = ?", (token_id,)).fetchone()
             return dict(row) if row else None
 
     def list_tokens(self, tenant: str, pool: str | None, before: str | None, limit: int) -> list[dict]:

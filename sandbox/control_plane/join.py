@@ -71,11 +71,12 @@ class Outcome:
     pod: str
     namespace: str
     node_id: str | None = None
+    wall: float = 0.0
 
     def view(self) -> dict:
         return {"node": self.node, "pod": f"{self.namespace}/{self.pod}", "joined": self.ok, "reason": self.reason,
                 "message": self.message, "nodeId": self.node_id,
-                "at": datetime.datetime.fromtimestamp(self.at, datetime.UTC).isoformat(timespec="seconds")}
+                "at": datetime.datetime.fromtimestamp(self.wall, datetime.UTC).isoformat(timespec="seconds")}
 
 
 class Refusal(Exception):
@@ -205,7 +206,7 @@ class JoinSimulator:
                     if self.stopping.is_set():
                         w.stop()
                         break
-                    kind, obj = event.get("type"), event.get("raw_object") or {}
+                    kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
                     if kind == "ERROR":
                         break
                     if kind not in ("ADDED", "MODIFIED", "DELETED"):
@@ -293,6 +294,7 @@ class JoinSimulator:
             self._event(pod, "Normal", EVENT_JOINED, "joined", message)
             with self.lock:
                 self.last_ready[node_name] = now
+        outcome.wall = time.time()
         with self.lock:
             self.outcomes[uid] = outcome
         return outcome

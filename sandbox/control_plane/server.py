@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import faulthandler
 import json
 import logging
 import os
@@ -102,6 +103,7 @@ def serve(sdir: Path, kubeconfig: Path | None = None, port: int | None = None, a
           faults: dict | None = None) -> None:
     """Run until SIGTERM/SIGINT. Raises SeedError, FaultError or OSError (port) before serving."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack to the log
     sdir = Path(sdir).resolve()
     sdir.mkdir(parents=True, exist_ok=True)
     paths = Paths(sdir)
