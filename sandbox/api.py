@@ -53,7 +53,7 @@ class Sandbox:
             raise RuntimeError("\n".join(problems))
 
     def is_up(self) -> bool:
-        """Every component runs and the API server is ready (the emulator is not checked)."""
+        """Every component and the control-plane emulator run, the API server and every node are Ready."""
         return cluster.status(self.dir)[0]
 
     def status(self) -> dict[str, Any]:

@@ -37,8 +37,12 @@ def _status(args) -> int:
     cp = report["control_plane"]
     if cp == {"installed": False}:
         print("  control-plane emulator: not installed (sandbox/control_plane/service.py missing)")
+    elif "error" in cp:
+        print(f"  control-plane emulator: status failed: {cp['error']}")
     else:
-        print(f"  control-plane emulator: {json.dumps(cp, default=str)}")
+        head = f"running, pid {cp.get('pid')}" if cp.get("running") else "NOT running"
+        rest = ", ".join(f"{k} {v}" for k, v in cp.items() if k not in ("running", "pid") and v is not None)
+        print(f"  control-plane emulator: {head}{'; ' + rest if rest else ''}")
     print(f"  kubeconfig: {report['kubeconfig']}")
     return 0 if ok else 1
 

@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sandbox import cluster, proc
+from sandbox.api import Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST_A = "sha256:" + "a" * 64
@@ -397,6 +398,28 @@ def test_lifecycle_up_twice_status_add_nodes_down(tmp_path_factory):
 
         env = run_sandbox(sdir, "env")
         assert f"export KUBECONFIG={sdir / 'kubeconfig'}" in env.stdout
+
+        audited = run_sandbox(sdir, "up", env={"SANDBOX_AUDIT": "1"})
+        assert audited.returncode == 0, audited.stdout + audited.stderr
+        now = _pids(sdir)
+        assert now["kube-apiserver"] != pids["kube-apiserver"], "the API server restarts with the audit log"
+        assert {k: v for k, v in now.items() if k != "kube-apiserver"} == {
+            k: v for k, v in pids.items() if k != "kube-apiserver"}
+        assert "default" in Sandbox(sdir).kubectl("get", "ns", "default").stdout
+        audit = sdir / "logs" / "audit.log"
+
+        def audit_events() -> list[dict]:
+            text = audit.read_text()
+            return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+
+        # The ResponseComplete event is written once the response is out: poll for it.
+        wait_for("kubectl's request in the audit log", lambda: any(
+            e.get("userAgent", "").startswith("kubectl/") and e["requestURI"] == "/api/v1/namespaces/default"
+            for e in audit_events()), timeout=20)
+        assert all(e["level"] == "Metadata" for e in audit_events())
+        assert not any("/leases/" in e["requestURI"] and "kube-node-lease" in e["requestURI"]
+                       for e in audit_events())
+        assert stat.S_IMODE(audit.stat().st_mode) == 0o600
     finally:
         pids = _pids(sdir) if sdir.exists() else {}
         down = run_sandbox(sdir, "down")
