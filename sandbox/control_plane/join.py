@@ -152,10 +152,8 @@ class JoinSimulator:
 
     def __init__(self, kubeconfig: str, db_path, pki: Pki, seed: Seed, control_plane_url: str, gateway_url: str,
                  faults: Faults):
-        from kubernetes import client, config
-
-        self.api = config.new_client_from_config(config_file=str(kubeconfig))
-        self.core = client.CoreV1Api(self.api)
+        self.kubeconfig = str(kubeconfig)
+        self.core = None  # made by the watch thread (importing the client is slow)
         self.db_path = db_path
         self.store: Store | None = None
         self.pki = pki
@@ -166,7 +164,7 @@ class JoinSimulator:
         self.lock = threading.RLock()
         self.pods: dict[str, dict] = {}
         self.outcomes: dict[str, Outcome] = {}
-        self.events: dict[tuple[str, str], tuple[str, int]] = {}
+        self.events: dict[tuple[str, str], int] = {}
         self.last_ready: dict[str, float] = {}
         self.started = time.monotonic()
         self.wake = threading.Event()
@@ -189,10 +187,12 @@ class JoinSimulator:
     # -- pod cache -------------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        from kubernetes import watch
+        from kubernetes import client, config, watch
 
         while not self.stopping.is_set():
             try:
+                if self.core is None:
+                    self.core = client.CoreV1Api(config.new_client_from_config(config_file=self.kubeconfig))
                 resp = self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=30)
                 doc = json.loads(resp.data)
                 with self.lock:
@@ -273,7 +273,8 @@ class JoinSimulator:
             outcome = Outcome(False, refusal.reason, refusal.message, now, node_name, meta["name"], meta["namespace"])
             self.faults.count_join("refused", refusal.reason)
             log.info("join of %s (pod %s/%s) refused: %s", node_name, meta["namespace"], meta["name"], refusal)
-            self._event(pod, "Warning", EVENT_REFUSED, refusal.reason, f"{refusal.reason}: {refusal.message}")
+            self._event(pod, "Warning", EVENT_REFUSED, refusal.reason, f"{refusal.reason}: {refusal.message}",
+                        container.get("name", "join"))
             if self.store.set_condition(node_name, "JoinRefused", {
                     "type": "JoinRefused", "status": "True", "reason": refusal.reason, "message": refusal.message}):
                 log.info("node %s: condition JoinRefused %s", node_name, refusal.reason)
@@ -291,7 +292,7 @@ class JoinSimulator:
             log.info("%s (pod %s/%s): %s", node_name, meta["namespace"], meta["name"], message)
             self.store.set_condition(node_name, "JoinRefused", None)
             self._label(node_name, node["id"])
-            self._event(pod, "Normal", EVENT_JOINED, "joined", message)
+            self._event(pod, "Normal", EVENT_JOINED, "joined", message, container.get("name", "join"))
             with self.lock:
                 self.last_ready[node_name] = now
         outcome.wall = time.time()
@@ -491,40 +492,46 @@ class JoinSimulator:
         except ApiException as exc:
             log.warning("labelling Node %s failed: %s %s", node_name, exc.status, exc.reason)
 
-    def _event(self, pod: dict, etype: str, reason: str, key: str, message: str) -> None:
-        """One Event per (pod, key): created once, then its count and lastTimestamp move."""
+    def _event(self, pod: dict, etype: str, reason: str, key: str, message: str, container: str = "join") -> None:
+        """One Event per (pod, key), named ``<pod>.bcd-join-<key>``: created once, then its count and
+        lastTimestamp move (also across restarts of the emulator)."""
         from kubernetes.client.rest import ApiException
 
         meta = pod["metadata"]
+        ns = meta["namespace"]
+        name = f"{meta['name']}.bcd-join-{key.lower()}"[:253]
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self.lock:
-            name, count = self.events.get((meta["uid"], key), (None, 0))
+            count = self.events.get((meta["uid"], key))
         try:
-            if name is not None:
+            if count is None:
                 try:
-                    self.core.patch_namespaced_event(name, meta["namespace"], {
-                        "count": count + 1, "lastTimestamp": stamp, "message": message})
-                    with self.lock:
-                        self.events[(meta["uid"], key)] = (name, count + 1)
-                    return
+                    self.core.create_namespaced_event(ns, {
+                        "metadata": {"name": name, "namespace": ns},
+                        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": ns,
+                                           "uid": meta["uid"], "fieldPath": f"spec.initContainers{{{container}}}"},
+                        "reason": reason, "message": message, "type": etype,
+                        "source": {"component": "bcd-join", "host": pod["spec"].get("nodeName")},
+                        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+                    })
+                    count = 1
                 except ApiException as exc:
-                    if exc.status != 404:
+                    if exc.status != 409:
                         raise
-            name = f"{meta['name']}.bcd-join-{key.lower()}.{int(time.time() * 1000):x}"[:253]
-            self.core.create_namespaced_event(meta["namespace"], {
-                "metadata": {"name": name, "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                   "namespace": meta["namespace"], "uid": meta["uid"],
-                                   "fieldPath": "spec.initContainers{join}"},
-                "reason": reason, "message": message, "type": etype,
-                "source": {"component": "bcd-join", "host": pod["spec"].get("nodeName")},
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-            })
+                    count = self.core.read_namespaced_event(name, ns).count or 1
+                    count = self._bump(name, ns, count, stamp, message)
+            else:
+                count = self._bump(name, ns, count, stamp, message)
             with self.lock:
-                self.events[(meta["uid"], key)] = (name, 1)
+                self.events[(meta["uid"], key)] = count
         except ApiException as exc:
-            log.warning("recording Event %s on pod %s/%s failed: %s %s", reason, meta["namespace"], meta["name"],
-                        exc.status, exc.reason)
+            with self.lock:
+                self.events.pop((meta["uid"], key), None)
+            log.warning("recording Event %s on pod %s/%s failed: %s %s", reason, ns, meta["name"], exc.status, exc.reason)
+
+    def _bump(self, name: str, ns: str, count: int, stamp: str, message: str) -> int:
+        self.core.patch_namespaced_event(name, ns, {"count": count + 1, "lastTimestamp": stamp, "message": message})
+        return count + 1
 
     # -- admin -------------------------------------------------------------------------------------
 
@@ -542,5 +549,6 @@ class JoinSimulator:
             for host in hosts:
                 self.last_ready.pop(host, None)
         for host in sorted(hosts):
-            self._label(host, None)
+            if self.core is not None:
+                self._label(host, None)
         self.wake.set()
