@@ -26,7 +26,8 @@ through the admin endpoint (see admin.py).
 Counters: ``{"requests": {procedure: n}, "responses": {procedure: {status: n}}, "total": n,
 "faulted": n, "joins": {"joined": n, "rejoined": n, "refused": {reason: n}}}``; every request
 to the API port counts, faulted ones too, under its procedure name (``discovery`` for the
-well-known document, ``other`` for anything else).
+well-known document, ``other`` for anything else; ``(reset)`` counts connections an outage in
+``reset`` mode closed before any request was read).
 """
 
 from __future__ import annotations
