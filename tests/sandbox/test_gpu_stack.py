@@ -1,0 +1,367 @@
+"""gpu-stack.yml and doctor.yml against the sandbox: a real API server, KWOK GPU nodes, the
+ClusterPolicy CRD with one object in the GPU operator's default state.
+
+The tests run in file order and share one sandbox. The module fixture puts the ClusterPolicy in
+the operator's default state first and puts back what it found at the end, so other test files
+see the sandbox as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tests.helpers import ROOT, recap, run_playbook
+
+pytestmark = pytest.mark.sandbox
+
+CASES = ROOT / "tests" / "fixtures" / "gpu-isolation"
+ENV = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+DEFAULT_SPEC = {"devicePlugin": {"enabled": True}, "toolkit": {"enabled": True, "installDir": "/usr/local/nvidia"},
+                "cdi": {"default": False, "enabled": False}}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def api(sandbox):
+    with sandbox.api_client() as a:
+        yield a
+
+
+def read_policy(api) -> dict:
+    return k8s.CustomObjectsApi(api).get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+
+
+def replace_spec(api, spec: dict) -> None:
+    obj = read_policy(api)
+    obj["spec"] = spec
+    k8s.CustomObjectsApi(api).replace_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy", obj)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def default_policy(api):
+    """The ClusterPolicy in the operator's default state for these tests; what was there, after."""
+    saved = copy.deepcopy(read_policy(api)["spec"])
+    spec = copy.deepcopy(saved)
+    spec.update(copy.deepcopy(DEFAULT_SPEC))
+    spec["toolkit"].pop("env", None)
+    spec["cdi"].pop("nriPluginEnabled", None)
+    replace_spec(api, spec)
+    yield
+    replace_spec(api, saved)
+
+
+@pytest.fixture(scope="module")
+def gpu_names(sandbox):
+    return sandbox.gpu_node_names()
+
+
+def doctor(tmp_path: Path, *extra: str, inventories: tuple[str, ...] = ()):
+    report = tmp_path / f"report-{time.monotonic_ns()}.json"
+    inv = [a for i in inventories for a in ("-i", i)]
+    if inv:
+        inv = ["-i", "inventories/sandbox", *inv]
+    run = run_playbook("doctor.yml", *inv, "-e", f"bcd_report_out={report}", *extra)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return run, data
+
+
+def verdicts(data) -> dict[str, str]:
+    return {n["name"]: n["verdict"] for n in data["nodes"]}
+
+
+def checks_of(data, name) -> set[str]:
+    return {f["check"] for n in data["nodes"] if n["name"] == name for f in n["findings"]}
+
+
+def gate_playbook(tmp_path: Path) -> Path:
+    """A play shaped as adopt-cluster.yml's preflight: the gate, then a task standing for the mint."""
+    path = tmp_path / "gate.yml"
+    path.write_text(yaml.safe_dump([{
+        "name": "Gate then mint", "hosts": "clusters", "gather_facts": False,
+        "tasks": [
+            {"name": "The GPU isolation gate", "ansible.builtin.include_role": {"name": "gpu_stack", "tasks_from": "verify"}},
+            {"name": "Mint", "ansible.builtin.debug": {"msg": "MINTING-A-TOKEN-NOW"}},
+        ],
+    }]))
+    return path
+
+
+def run_gate(tmp_path: Path, *extra: str):
+    return run_playbook(str(gate_playbook(tmp_path)), "-i", "inventories/sandbox", *extra,
+                        env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles")})
+
+
+def gpu_nodes_inventory(tmp_path: Path, roots: dict[str, Path], unreachable: tuple[str, ...] = ()) -> str:
+    hosts = {name: {"bcd_node_root": str(root)} for name, root in roots.items()}
+    for name in unreachable:  # a node Ansible cannot log in to
+        hosts[name] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                       "ansible_ssh_common_args": "-o ConnectTimeout=2 -o BatchMode=yes"}
+    path = tmp_path / "gpu_nodes.yml"
+    path.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts}}))
+    return str(path)
+
+
+# --- configure and verify -----------------------------------------------------------------------
+
+def test_doctor_shows_the_cluster_level_findings_before(sandbox, tmp_path, gpu_names):
+    run, data = doctor(tmp_path)
+    assert run.returncode != 0, run.stdout[-3000:]
+    assert "GPU isolation:" in run.stdout and "is exposed" in run.stdout
+    assert set(verdicts(data)) == set(gpu_names), "every selected node, and only those (no cpu-node)"
+    for name in gpu_names:
+        assert verdicts(data)[name] == "exposed"
+        assert checks_of(data, name) == {"operator-device-plugin", "operator-toolkit-env", "operator-cdi"}
+        node = next(n for n in data["nodes"] if n["name"] == name)
+        assert node["node_files"] == "not read" and all(f["where"] == "ClusterPolicy/cluster-policy" for f in node["findings"])
+    assert data["resource_slices"].startswith("resource.k8s.io/")
+    assert data["cluster_policies"] == ["cluster-policy"]
+
+
+def test_check_mode_changes_nothing(api):
+    before = read_policy(api)
+    run = run_playbook("gpu-stack.yml", "--check", "--diff")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert recap(run.stdout)["sandbox"]["changed"] == 1, "it says it would patch the ClusterPolicy"
+    assert ENV in run.stdout, "--diff shows the env entry going in"
+    after = read_policy(api)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["spec"] == before["spec"]
+
+
+def test_gpu_stack_isolates_the_cluster_and_a_second_run_changes_nothing(api, gpu_names):
+    run = run_playbook("gpu-stack.yml", "--diff")
+    out = run.stdout
+    assert run.returncode == 0, out[-3000:]
+    assert recap(out)["sandbox"]["changed"] == 1
+    spec = read_policy(api)["spec"]
+    assert spec["devicePlugin"]["enabled"] is False
+    assert spec["toolkit"]["env"] == [{"name": ENV, "value": "false"}]
+    assert spec["cdi"]["enabled"] is True and spec["cdi"]["nriPluginEnabled"] is False
+    # the fields gpu-stack.yml does not own are left alone
+    assert spec["toolkit"]["installDir"] == "/usr/local/nvidia" and spec["driver"] == {"enabled": True}
+    # the Helm warning and the values to keep
+    flat = " ".join(out.split())
+    assert "helm upgrade" in flat and "Keep these values in your Helm values file" in flat
+    assert "nriPluginEnabled: false" in out
+    # the gate ran after configuring, and every node is isolated on the ClusterPolicy's evidence
+    for name in gpu_names:
+        assert f"{name}  isolated" in out
+
+    second = run_playbook("gpu-stack.yml")
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert recap(second.stdout)["sandbox"]["changed"] == 0
+
+
+def test_doctor_shows_no_finding_after(tmp_path, gpu_names):
+    run, data = doctor(tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert verdicts(data) == {name: "isolated" for name in gpu_names}
+    assert data["passed"] is True and data["cluster_findings"] == []
+    assert all(n["findings"] == [] for n in data["nodes"])
+    assert all(any("NOT read" in note for note in n["notes"]) for n in data["nodes"]), "says the files were not read"
+
+
+def test_env_entries_already_there_are_kept(api):
+    spec = read_policy(api)["spec"]
+    spec["toolkit"]["env"] = [{"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"},
+                              {"name": ENV, "value": "true"},
+                              {"name": "RUNTIME_CONFIG_SOURCE", "value": "file"}]
+    replace_spec(api, spec)
+    run = run_playbook("gpu-stack.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert read_policy(api)["spec"]["toolkit"]["env"] == [
+        {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"},
+        {"name": "RUNTIME_CONFIG_SOURCE", "value": "file"},
+        {"name": ENV, "value": "false"},
+    ]
+    assert recap(run_playbook("gpu-stack.yml").stdout)["sandbox"]["changed"] == 0
+
+
+# --- the gate -----------------------------------------------------------------------------------
+
+def test_a_node_with_allocatable_nvidia_gpu_fails_the_gate_before_the_mint(sandbox, api, tmp_path, gpu_names):
+    core = k8s.CoreV1Api(api)
+    name = gpu_names[1]
+    core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    try:
+        run = run_gate(tmp_path)
+        assert run.returncode != 0
+        assert f"GPU isolation: {name} is exposed" in run.stdout
+        assert "MINTING-A-TOKEN-NOW" not in run.stdout, "the play stopped at the gate"
+        run, data = doctor(tmp_path)
+        assert run.returncode != 0
+        assert verdicts(data)[name] == "exposed" and checks_of(data, name) == {"device-plugin"}
+        finding = next(f for n in data["nodes"] if n["name"] == name for f in n["findings"])
+        assert finding["where"] == f"Node/{name}" and "nvidia.com/gpu=8" in finding["message"]
+        assert all(v == "isolated" for n, v in verdicts(data).items() if n != name)
+
+        # bcd_gpu_isolation_enforce: false turns the gate into a warning
+        run = run_gate(tmp_path, "-e", "bcd_gpu_isolation_enforce=false")
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert "MINTING-A-TOKEN-NOW" in run.stdout
+        assert "only a warning" in run.stdout + run.stderr
+    finally:
+        core.patch_node_status(name, [{"op": "remove", "path": "/status/allocatable/nvidia.com~1gpu"}])
+    assert "nvidia.com/gpu" not in (core.read_node(name).status.allocatable or {})
+    assert run_gate(tmp_path).returncode == 0
+
+
+def _slice(name, driver, node=None):
+    spec = {"driver": driver, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}]}
+    if node:
+        spec["nodeName"] = node
+    else:
+        spec["allNodes"] = True
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_gpu_nvidia_com_resource_slice_fails_the_gate(api, tmp_path, gpu_names):
+    custom = k8s.CustomObjectsApi(api)
+    target = gpu_names[-1]
+    made = []
+    try:
+        for body in (_slice("nvidia-gpu-on-one", "gpu.nvidia.com", target), _slice("bcd-own", "gpu.bcd.dev", target)):
+            custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body)
+            made.append(body["metadata"]["name"])
+        run = run_gate(tmp_path)
+        assert run.returncode != 0 and "MINTING-A-TOKEN-NOW" not in run.stdout
+        run, data = doctor(tmp_path)
+        assert verdicts(data)[target] == "exposed" and checks_of(data, target) == {"dra-driver"}
+        assert all(v == "isolated" for n, v in verdicts(data).items() if n != target), "bcd's own driver is no finding"
+        assert [f["where"] for f in data["cluster_findings"]] == ["ResourceSlice/nvidia-gpu-on-one"]
+
+        # a slice with no nodeName concerns every node
+        custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", _slice("nvidia-gpu-all", "gpu.nvidia.com"))
+        made.append("nvidia-gpu-all")
+        run, data = doctor(tmp_path)
+        assert set(verdicts(data).values()) == {"exposed"}
+    finally:
+        for name in made:
+            custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", name)
+    assert run_gate(tmp_path).returncode == 0
+
+
+def test_an_api_error_is_an_error_not_no_findings(sandbox, tmp_path):
+    bad = tmp_path / "kubeconfig"
+    config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
+    for c in config["clusters"]:
+        c["cluster"]["server"] = "https://127.0.0.1:1"
+    bad.write_text(yaml.safe_dump(config))
+    run = run_gate(tmp_path, "-e", f"bcd_kubeconfig={bad}")
+    assert run.returncode != 0 and "MINTING-A-TOKEN-NOW" not in run.stdout
+    assert "GPU isolation check: list Nodes: cannot reach the Kubernetes API" in " ".join(run.stdout.split())
+    assert "Traceback" not in run.stdout + run.stderr
+
+
+# --- node files -----------------------------------------------------------------------------------
+
+def test_node_files_from_gpu_nodes_hosts_and_collected_roots(tmp_path, gpu_names):
+    n1, n2, n3 = gpu_names[:3]
+    roots = {n1: tmp_path / n1, n2: tmp_path / n2}
+    shutil.copytree(CASES / "01-containerd-v2-nvidia-no-toolkit-config", roots[n1])
+    shutil.copytree(CASES / "03a-operator-toolkit-dir-false", roots[n2])
+    collected = tmp_path / "collected" / n3
+    shutil.copytree(CASES / "12-crio-oci-hook-always", collected)
+    inv = gpu_nodes_inventory(tmp_path, roots, unreachable=("gpu-node-99",))
+    run, data = doctor(tmp_path, "-e", json.dumps({"bcd_node_roots": {n3: str(collected)}}), inventories=(inv,))
+    assert run.returncode != 0
+    by = {n["name"]: n for n in data["nodes"]}
+    assert by[n1]["verdict"] == "exposed" and by[n1]["node_files"] == f"over SSH from {n1}"
+    assert by[n1]["findings"][0]["where"] == "/etc/nvidia-container-runtime/config.toml"
+    assert by[n2]["verdict"] == "isolated" and by[n2]["node_files"] == f"over SSH from {n2}"
+    assert by[n3]["verdict"] == "exposed" and by[n3]["node_files"] == f"from {collected}"
+    # a gpu_nodes host that is not one of the cluster's selected Nodes is reported, not checked
+    assert data["unmatched_node_files"] == ["gpu-node-99"]
+
+
+def test_an_unreachable_gpu_node_is_unverifiable(tmp_path, gpu_names):
+    n1 = gpu_names[0]
+    inv = gpu_nodes_inventory(tmp_path, {}, unreachable=(n1,))
+    run, data = doctor(tmp_path, inventories=(inv,))
+    assert run.returncode != 0
+    node = next(n for n in data["nodes"] if n["name"] == n1)
+    assert node["verdict"] == "unverifiable" and node["findings"][0]["check"] == "node-files"
+
+
+def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
+    """Packages mode end to end: nvidia-ctk on each gpu_nodes host (folders), then the gate passes
+    on node files read on the nodes; a node without access is unverifiable."""
+    from tests.unit.test_gpu_isolation_packages import nvidia_ctk
+
+    roots = {}
+    for name, case in zip(gpu_names, ("01-containerd-v2-nvidia-no-toolkit-config", "07-crio-dropin-key-commented",
+                                      "11-cdi-variant-key-absent"), strict=False):
+        roots[name] = tmp_path / name
+        shutil.copytree(CASES / case, roots[name])
+    inv = gpu_nodes_inventory(tmp_path, roots)
+    args = ("-i", "inventories/sandbox", "-i", inv, "-e", "bcd_nvidia_toolkit=packages",
+            "-e", f"gpu_stack_nvidia_ctk={nvidia_ctk()}")
+    run = run_playbook("gpu-stack.yml", *args)
+    assert run.returncode == 0, run.stdout[-4000:]
+    for name in roots:
+        assert f"{name}  isolated      over SSH from {name}" in run.stdout
+    assert recap(run_playbook("gpu-stack.yml", *args).stdout)["sandbox"]["changed"] == 0
+
+    # without node access, packages mode cannot prove anything
+    run, data = doctor(tmp_path, "-e", "bcd_nvidia_toolkit=packages")
+    assert run.returncode != 0
+    assert set(verdicts(data).values()) == {"unverifiable"}
+    assert all(checks_of(data, n) == {"no-node-access"} for n in verdicts(data))
+
+
+# --- the toolkit DaemonSet ------------------------------------------------------------------------
+
+def _toolkit_daemonset(env_value: str | None) -> dict:
+    env = [{"name": ENV, "value": env_value}] if env_value is not None else []
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-container-toolkit-daemonset", "namespace": "gpu-operator",
+                     "labels": {"app": "nvidia-container-toolkit-daemonset"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "nvidia-container-toolkit-daemonset"}},
+            "template": {
+                "metadata": {"labels": {"app": "nvidia-container-toolkit-daemonset"}},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "nvidia-container-toolkit-ctr", "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.17.8",
+                                    "env": env}],
+                },
+            },
+        },
+    }
+
+
+def test_gpu_stack_waits_for_the_toolkit_daemonset(sandbox, api):
+    """The operator rolls its toolkit DaemonSet with the new env; gpu-stack.yml waits for that. The
+    sandbox has no operator, so the test plays it: a DaemonSet already rolled with the env passes,
+    one that never gets the env times out with a failure."""
+    apps = k8s.AppsV1Api(api)
+    core = k8s.CoreV1Api(api)
+    try:
+        core.read_namespace("gpu-operator")
+    except k8s.ApiException:
+        sandbox.create_namespace("gpu-operator")
+    apps.create_namespaced_daemon_set("gpu-operator", _toolkit_daemonset("false"))
+    try:
+        run = run_playbook("gpu-stack.yml", "-e", "gpu_stack_toolkit_rollout_timeout=120")
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert "ok: [sandbox] => (item=gpu-operator/nvidia-container-toolkit-daemonset)" in run.stdout
+
+        apps.replace_namespaced_daemon_set("nvidia-container-toolkit-daemonset", "gpu-operator", _toolkit_daemonset(None))
+        run = run_playbook("gpu-stack.yml", "-e", "gpu_stack_toolkit_rollout_timeout=10")
+        assert run.returncode != 0
+        assert "Wait for the toolkit DaemonSet to roll out with the variable false" in run.stdout
+    finally:
+        apps.delete_namespaced_daemon_set("nvidia-container-toolkit-daemonset", "gpu-operator")
+
