@@ -365,3 +365,34 @@ def test_gpu_stack_waits_for_the_toolkit_daemonset(sandbox, api):
     finally:
         apps.delete_namespaced_daemon_set("nvidia-container-toolkit-daemonset", "gpu-operator")
 
+
+
+# --- included from another play (as adopt-cluster.yml does) -------------------------------------
+
+def test_both_entry_points_work_included_from_another_play(api, tmp_path):
+    """Configure, then the gate, then the mint, in one play shaped like adopt-cluster.yml's."""
+    spec = read_policy(api)["spec"]
+    spec.update(copy.deepcopy(DEFAULT_SPEC))
+    replace_spec(api, spec)
+    play = tmp_path / "adopt-like.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "Adopt-like", "hosts": "clusters", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+        "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": "{{ bcd_kubeconfig | default(omit) }}"}},
+        "tasks": [
+            {"name": "Configure GPU isolation", "ansible.builtin.include_role": {"name": "gpu_stack"}},
+            {"name": "The GPU isolation gate", "ansible.builtin.include_role": {"name": "gpu_stack", "tasks_from": "verify"}},
+            {"name": "Mint", "ansible.builtin.debug": {"msg": "MINTING-A-TOKEN-NOW"}},
+        ],
+    }]))
+    before = read_policy(api)["metadata"]["resourceVersion"]
+    # --check: nothing changes; the gate judges the cluster as it is, and says it does not stop a dry run
+    run = run_playbook(str(play), "-i", "inventories/sandbox", "--check", env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles")})
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "the GPU isolation configuration above was not applied" in " ".join(run.stdout.split())
+    assert read_policy(api)["metadata"]["resourceVersion"] == before
+    # for real: configured, verified, then the mint
+    run = run_playbook(str(play), "-i", "inventories/sandbox", env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles")})
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "MINTING-A-TOKEN-NOW" in run.stdout
+    assert read_policy(api)["spec"]["devicePlugin"]["enabled"] is False
