@@ -497,6 +497,35 @@ def wait_nodes_ready(sdir: Path, names: list[str], timeout: float | None = None)
         time.sleep(0.5)
 
 
+def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float = 90) -> None:
+    """Wait until a (re)started KWOK renewed the Lease of every simulated node after ``since``.
+
+    A KWOK that holds every node's lease has the nodes in its cache; pods created before that
+    may be missed for good, so ``up`` returns only after this.
+    """
+    from kubernetes import client
+
+    deadline = time.monotonic() + timeout
+    with api_client(sdir) as api:
+        coord = client.CoordinationV1Api(api)
+        while True:
+            proc.ensure_running(sdir, "kwok")
+            names = {n["name"] for n in list_nodes(sdir)}
+            leases = json.loads(coord.list_namespaced_lease("kube-node-lease", _preload_content=False).data)["items"]
+            renewed = {
+                item["metadata"]["name"] for item in leases
+                if item["spec"].get("renewTime")
+                and datetime.datetime.fromisoformat(item["spec"]["renewTime"].replace("Z", "+00:00")) >= since
+            }
+            if names <= renewed:
+                return
+            if time.monotonic() > deadline:
+                raise proc.StartError(
+                    f"sandbox: kwok renewed no lease of {', '.join(sorted(names - renewed)[:10])} within {timeout}s;"
+                    f" the end of {sdir / 'logs' / 'kwok.log'}:\n{proc.log_tail(sdir, 'kwok')}")
+            time.sleep(0.5)
+
+
 def gpu_index(name: str) -> int:
     m = re.fullmatch(re.escape(GPU_PREFIX) + r"(\d+)", name)
     return int(m.group(1)) if m else 0
@@ -619,11 +648,18 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
             say(f"sandbox: started {name} (pid {proc.pid_of(sdir, name)})")
         _wait_healthy(name, sdir, state)
     ensure_rbac(sdir)
+    kwok_since = None
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        if name == "kwok":
+            kwok_since = datetime.datetime.now(datetime.UTC)
         if _start(name, sdir, state):
             say(f"sandbox: started {name} (pid {proc.pid_of(sdir, name)})")
+        elif name == "kwok":
+            kwok_since = None
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
         _wait_healthy(name, sdir, state)
+    if kwok_since is not None:
+        wait_kwok_ready(sdir, kwok_since)
     say(f"sandbox: control plane healthy after {time.monotonic() - t0:.1f}s")
 
     ensure_nodes(sdir, state["gpu_nodes"])
@@ -667,9 +703,15 @@ def down(sdir: Path | None = None) -> list[str]:
     if alive:
         problems.append(f"sandbox: still running after stop: {', '.join(alive)}; kept {sdir}")
     else:
-        shutil.rmtree(sdir)
+        shutil.rmtree(sdir, onerror=_ignore_missing)
         say(f"sandbox: stopped {', '.join(n for n, p in pids.items() if p) or 'nothing'}; removed {sdir}")
     return problems
+
+
+def _ignore_missing(func, path, exc_info) -> None:
+    """rmtree error handler: a file that vanished meanwhile is fine, anything else is raised."""
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
 
 
 def _alive(pid: int) -> bool:

@@ -213,6 +213,33 @@ def test_dead_digest_pod_runs_but_never_turns_ready(sandbox, namespace):
         assert dead.status.init_container_statuses[0].state.terminated.reason == "Completed"
 
 
+def test_a_pod_marked_not_ready_turns_ready_again_unless_its_containers_are_not(sandbox, namespace):
+    """While a node's lease lapses the node lifecycle controller sets its pods' Ready to False;
+    once the node is back the kubelet (here KWOK) reports them Ready again, but not a dead one."""
+    ns = namespace("again")
+    with sandbox.api_client() as api:
+        core = client.CoreV1Api(api)
+        for name, digest in (("good", DIGEST_A), ("dead", DIGEST_DEAD)):
+            core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": {
+                "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                "containers": [{"name": "app", "image": IMAGE.format(digest)}]}})
+
+        def ready(name: str) -> str | None:
+            pod = core.read_namespaced_pod(name, ns)
+            if pod.status.phase != "Running":
+                return None
+            return next((c.status for c in pod.status.conditions or [] if c.type == "Ready"), None)
+
+        wait_for("pod good Ready", lambda: ready("good") == "True")
+        wait_for("pod dead Running", lambda: ready("dead") == "False")
+        not_ready = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}}
+        core.patch_namespaced_pod_status("good", ns, not_ready)
+        core.patch_namespaced_pod_status("dead", ns, not_ready)
+        wait_for("pod good Ready again", lambda: ready("good") == "True", timeout=30)
+        time.sleep(2)
+        assert ready("dead") == "False"
+
+
 def test_daemonset_rollout_to_a_dead_digest_stalls_at_max_unavailable(sandbox, namespace):
     ns = namespace("stall")
     n = len(sandbox.gpu_node_names())
