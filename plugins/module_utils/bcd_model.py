@@ -429,6 +429,8 @@ class Inventory(BaseModel):
     bcd_rollout_canary: int = Field(default=1, ge=0, le=10000)
     bcd_rollout_max_unavailable: int | str = 1
     bcd_rollout_rollback: bool = True
+    # Start even though nodes are unhealthy or the previous rollout is incomplete (to recover).
+    bcd_rollout_force: bool = False
     bcd_rollout_gate_timeout: Duration = 300
     bcd_lock_ttl: Duration = 1800
 

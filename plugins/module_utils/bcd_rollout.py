@@ -1,0 +1,293 @@
+"""The staged rollout of bcd's DaemonSet (issue 7; seed 000, Upgrades): plans, health, rollback.
+
+Pure functions over the API's JSON, so the bcd_rollout module stays a thin loop and the rules
+are unit-tested without a cluster.
+
+A DaemonSet has no partition (unlike a StatefulSet), so a staged rollout is done the standard
+way: the new template is applied with ``updateStrategy: OnDelete`` and the pods of one stage are
+deleted at a time; the DaemonSet controller replaces each with a pod of the new template
+(https://kubernetes.io/docs/tasks/manage-daemon/update-daemon-set/). Which template a pod runs
+is its ``controller-revision-hash`` label, the hash of the DaemonSet's newest ControllerRevision.
+
+Rollback re-applies "the previous render": the objects as they were before the run, read before
+anything changed, reduced to the fields some field manager set (:func:`applied_config`), so
+server-side apply restores exactly those values and leaves the server's defaults alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+REVISION_LABEL = "controller-revision-hash"
+BCD_CONTAINER = "bcd"
+# Node conditions (nodes.list) that say nothing is wrong while "True".
+INFORMATIONAL_CONDITIONS = frozenset({"HostManagedExternally"})
+# Node conditions that say something is wrong while not "True".
+POSITIVE_CONDITIONS = frozenset({"Ready", "Reporting"})
+# Container waiting reasons that will not heal by waiting (the gate fails at once).
+FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull"})
+CRASHLOOP_RESTARTS = 3
+
+
+# --- the previous render ----------------------------------------------------------------------
+
+def merge_fields(a: dict, b: dict) -> dict:
+    """The union of two ``fieldsV1`` tries (managedFields)."""
+    out = copy.deepcopy(a)
+    for key, sub in b.items():
+        out[key] = merge_fields(out[key], sub) if key in out else copy.deepcopy(sub)
+    return out
+
+
+def _match_key(item: object, key: dict) -> bool:
+    return isinstance(item, dict) and all(item.get(k) == v for k, v in key.items())
+
+
+def extract(value: object, fields: dict) -> object:
+    """The part of ``value`` that the ``fieldsV1`` trie ``fields`` owns.
+
+    Keys: ``f:<name>`` a map field, ``k:<json>`` a list item by its keys, ``v:<json>`` a set
+    item, ``i:<n>`` a list item by index, ``.`` the node itself. An empty trie owns the whole
+    value (an atomic field or list). https://kubernetes.io/docs/reference/using-api/server-side-apply/
+    """
+    owned = {k: v for k, v in fields.items() if k != "."}
+    if not owned:
+        if isinstance(value, dict) and "." in fields:
+            return {}
+        return copy.deepcopy(value)
+    if isinstance(value, dict):
+        out = {}
+        for key, sub in owned.items():
+            if key.startswith("f:") and key[2:] in value:
+                out[key[2:]] = extract(value[key[2:]], sub)
+        return out
+    if isinstance(value, list):
+        keep = []
+        for index, item in enumerate(value):
+            for key, sub in owned.items():
+                if key.startswith("k:"):
+                    ident = json.loads(key[2:])
+                    if _match_key(item, ident):
+                        part = extract(item, sub)
+                        keep.append({**ident, **part} if isinstance(part, dict) else part)
+                        break
+                elif key.startswith("v:"):
+                    if item == json.loads(key[2:]):
+                        keep.append(copy.deepcopy(item))
+                        break
+                elif key.startswith("i:") and key[2:].isdigit() and int(key[2:]) == index:
+                    keep.append(extract(item, sub))
+                    break
+        return keep
+    return copy.deepcopy(value)
+
+
+def applied_config(obj: dict) -> dict:
+    """``obj`` (as read from the API) reduced to what its field managers set, ready to re-apply.
+
+    Every managedFields entry but those of a subresource (``status``, ``scale``) counts, so a
+    field someone else changed (``kubectl set image``) comes back with the value it had. Server
+    defaults that no manager set are left out; they stay as the server keeps them. An object
+    without managedFields comes back whole (spec, data, labels and annotations).
+    """
+    meta = obj.get("metadata") or {}
+    fields: dict = {}
+    for entry in meta.get("managedFields") or []:
+        if entry.get("subresource") or entry.get("fieldsType") != "FieldsV1":
+            continue
+        fields = merge_fields(fields, entry.get("fieldsV1") or {})
+    if fields:
+        out = extract(obj, fields)
+    else:
+        out = {k: copy.deepcopy(v) for k, v in obj.items() if k not in ("metadata", "status")}
+        out["metadata"] = {k: copy.deepcopy(meta[k]) for k in ("labels", "annotations") if k in meta}
+    out.pop("status", None)
+    out_meta = out.get("metadata") or {}
+    out["metadata"] = {"name": meta.get("name"), **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
+                       **{k: out_meta[k] for k in ("labels", "annotations") if k in out_meta}}
+    out["apiVersion"] = obj.get("apiVersion")
+    out["kind"] = obj.get("kind")
+    return out
+
+
+def with_strategy(daemonset: dict, strategy: dict) -> dict:
+    """A copy of ``daemonset`` whose ``spec.updateStrategy`` is ``strategy``."""
+    out = copy.deepcopy(daemonset)
+    out.setdefault("spec", {})["updateStrategy"] = copy.deepcopy(strategy)
+    return out
+
+
+ON_DELETE = {"type": "OnDelete"}
+
+
+# --- what runs where --------------------------------------------------------------------------
+
+def container_image(obj: dict, name: str = BCD_CONTAINER) -> str | None:
+    """The image of container ``name`` of a DaemonSet (its template) or a Pod."""
+    spec = obj.get("spec") or {}
+    if "template" in spec:
+        spec = (spec["template"] or {}).get("spec") or {}
+    for container in spec.get("containers") or []:
+        if container.get("name") == name:
+            return container.get("image")
+    return None
+
+
+def digest(image: str | None) -> str | None:
+    """``sha256:<hex>`` of an image reference pinned by digest, else None."""
+    if not image or "@" not in image:
+        return None
+    return image.rsplit("@", 1)[1]
+
+
+def short(image: str | None, length: int = 12) -> str:
+    """A short form of an image's digest for tables: the first ``length`` hex digits."""
+    d = digest(image)
+    if not d:
+        return image or "-"
+    return d.split(":", 1)[-1][:length]
+
+
+def newest_revision(revisions: list[dict], owner_uid: str) -> dict | None:
+    """The ControllerRevision of the DaemonSet with uid ``owner_uid`` with the highest ``revision``."""
+    mine = [r for r in revisions if any(o.get("uid") == owner_uid for o in (r.get("metadata") or {}).get("ownerReferences") or [])]
+    return max(mine, key=lambda r: int(r.get("revision") or 0), default=None)
+
+
+def revision_hash(revision: dict | None) -> str | None:
+    """The hash pods of ``revision`` carry in their ``controller-revision-hash`` label."""
+    if not revision:
+        return None
+    meta = revision.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(REVISION_LABEL)
+    if label:
+        return label
+    name, owner = meta.get("name") or "", next(iter(meta.get("ownerReferences") or []), {}).get("name") or ""
+    return name[len(owner) + 1:] if owner and name.startswith(owner + "-") else None
+
+
+def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, dict]:
+    """Node name -> the DaemonSet's pod there that is not terminating (the newest if several)."""
+    out: dict[str, dict] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or meta.get("deletionTimestamp"):
+            continue
+        if owner_uid and not any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or []):
+            continue
+        if node not in out or (meta.get("creationTimestamp") or "") > (out[node]["metadata"].get("creationTimestamp") or ""):
+            out[node] = pod
+    return out
+
+
+def pod_revision(pod: dict | None) -> str | None:
+    return ((pod or {}).get("metadata") or {}).get("labels", {}).get(REVISION_LABEL)
+
+
+def pod_ready(pod: dict | None) -> bool:
+    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+def pod_state(pod: dict) -> str:
+    """Why a pod is not Ready, in a few words: phase, waiting or failed containers, Ready's message."""
+    status = pod.get("status") or {}
+    parts = [f"phase {status.get('phase') or 'Pending'}"]
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        st = cs.get("state") or {}
+        if st.get("waiting"):
+            w = st["waiting"]
+            parts.append(f"{cs.get('name')} waiting: {w.get('reason')}" + (f" - {w['message']}" if w.get("message") else ""))
+        elif st.get("terminated") and st["terminated"].get("exitCode"):
+            t = st["terminated"]
+            parts.append(f"{cs.get('name')} exited {t['exitCode']}" + (f": {t['reason']}" if t.get("reason") else ""))
+        elif st.get("running") and not cs.get("ready") and cs.get("name") == BCD_CONTAINER:
+            parts.append(f"{cs.get('name')} running, not ready")
+    return "; ".join(parts)
+
+
+def fatal(pod: dict) -> str | None:
+    """Why waiting for ``pod`` to turn Ready is pointless, or None: a failed pod, a container
+    waiting for a reason that does not heal, or crash-looping (restarted 3 times or more)."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        return f"pod {pod['metadata']['name']} failed ({status.get('reason') or pod_state(pod)})"
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in FATAL_WAITING or (reason == "CrashLoopBackOff" and int(cs.get("restartCount") or 0) >= CRASHLOOP_RESTARTS):
+            return f"pod {pod['metadata']['name']}: {cs.get('name')} {reason}" + (f" - {waiting['message']}" if waiting.get("message") else "")
+    return None
+
+
+# --- the control plane's view -------------------------------------------------------------------
+
+def conditions(cp_node: dict | None) -> list[dict]:
+    """A node's conditions from nodes.list as a list (the API's list, or a mapping type -> condition)."""
+    raw = (cp_node or {}).get("conditions") or []
+    if isinstance(raw, dict):
+        return [{"type": k, **(v if isinstance(v, dict) else {"status": v})} for k, v in sorted(raw.items())]
+    return [c for c in raw if isinstance(c, dict)]
+
+
+def failing(cp_node: dict | None) -> dict[str, str]:
+    """Condition type -> "reason: message" of each condition that says something is wrong:
+    ``Ready``/``Reporting`` not "True", any other (but informational ones) "True"."""
+    out = {}
+    for c in conditions(cp_node):
+        ctype, status = c.get("type"), str(c.get("status"))
+        bad = status != "True" if ctype in POSITIVE_CONDITIONS else (status == "True" and ctype not in INFORMATIONAL_CONDITIONS)
+        if bad:
+            out[ctype] = ": ".join(str(x) for x in (c.get("reason"), c.get("message")) if x) or status
+    return out
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+def batch_size(max_unavailable: int | str, total: int) -> int:
+    """Nodes per batch: a count, or a percentage of ``total`` rounded up (as the DaemonSet
+    controller rounds maxUnavailable), at least 1."""
+    if isinstance(max_unavailable, str) and max_unavailable.endswith("%"):
+        return max(1, math.ceil(total * int(max_unavailable[:-1]) / 100))
+    return max(1, int(max_unavailable))
+
+
+def plan(nodes: list[str], canary: int, max_unavailable: int | str, total: int) -> list[dict]:
+    """The stages: ``canary`` nodes first (none when 0), then batches of ``max_unavailable``.
+
+    ``nodes``: the nodes to roll, in order; ``total``: the selected nodes (percentages are of it).
+    Returns ``[{"name": "canary"|"batch N", "nodes": [...]}]``; no stage is empty.
+    """
+    stages = []
+    rest = list(nodes)
+    if canary > 0 and rest:
+        stages.append({"name": "canary", "nodes": rest[:canary]})
+        rest = rest[canary:]
+    size = batch_size(max_unavailable, total)
+    for i in range(0, len(rest), size):
+        stages.append({"name": f"batch {i // size + 1}", "nodes": rest[i:i + size]})
+    return stages
+
+
+# --- the report -------------------------------------------------------------------------------
+
+def table(summary: dict) -> list[str]:
+    """The printed report: a headline, one row per node (stage, image before -> after, pod,
+    bcd node state, outcome) and the failures."""
+    rows = summary.get("nodes") or []
+    head = {"name": "NODE", "stage": "STAGE", "from": "FROM", "to": "TO", "pod": "POD", "state": "BCD NODE", "outcome": "OUTCOME"}
+    cols = ("name", "stage", "from", "to", "pod", "state")
+    width = {c: max([len(str(head[c]))] + [len(str(r.get(c) or "-")) for r in rows]) for c in cols}
+    lines = [summary.get("headline") or f"rollout: {summary.get('result')}"]
+    for r in [head, *rows]:
+        lines.append("  ".join(f"{r.get(c) or '-'!s:<{width[c]}}" for c in cols) + "  " + str(r.get("outcome") or "-"))
+    for f in summary.get("failed_nodes") or []:
+        lines.append(f"FAILED {f['node']}: {f['why']}")
+    for note in summary.get("notes") or []:
+        lines.append(note)
+    return lines

@@ -1,0 +1,617 @@
+#!/usr/bin/python
+"""Ansible module bcd_rollout: roll bcd's DaemonSet to a new render in stages, with health gates."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_rollout
+short_description: Roll bcd's DaemonSet to a new image in stages, gate each stage on health, roll back on failure
+description:
+  - The engine of rollout.yml (issue 7; seed 000, Upgrades). Two states; the playbook applies
+    the objects itself (kubernetes.core) between them.
+  - C(state=status) (read-only) reads the DaemonSet, its ControllerRevisions and pods, the
+    selected Nodes and the pool's nodes (C(nodes.list)) and says, per selected Node, whether
+    it is healthy (a bcd pod, Ready, on the DaemonSet's newest revision, and a bcd node that
+    reports) and whether the previous rollout is complete (every pod on the newest revision).
+    It returns the previous render (the ConfigMap and DaemonSet as they are, reduced to the
+    fields their field managers set) for a rollback, the planned stages, and a refusal
+    (RV(refuse)) when nodes are unhealthy or the previous rollout is incomplete (unless
+    C(bcd_rollout_force)) or the DaemonSet does not exist.
+  - C(state=run) expects the new template applied with C(updateStrategy=OnDelete). It waits
+    for the DaemonSet controller to see it, then deletes the pods not on the newest revision
+    one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
+    C(bcd_rollout_max_unavailable), a count or a percentage of the selected Nodes rounded up)
+    and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
+    rolled Node has a Ready pod on the new revision and image, and its bcd node still reports
+    (not offline, no failing condition it did not have at the start). A pod that cannot turn
+    Ready (failed, crash-looping 3 times, an invalid image) fails the gate at once.
+  - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
+    (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
+    previous revision, waits up to C(bcd_rollout_gate_timeout) for them to be healthy, re-applies
+    O(previous) with its own update strategy and fails naming the failed Nodes and why.
+    Without, it fails at once and leaves the DaemonSet OnDelete, so nothing else rolls.
+  - While it runs it renews the lock Lease O(lock) of run O(run) (every third of its duration);
+    a lock another run took over stops the rollout.
+  - Mints no token (a joined node keeps its identity on the host; seed 000, What you get).
+  - Returns a machine-readable RV(summary) and a printed RV(table); never a secret.
+options:
+  config:
+    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
+    type: dict
+    required: true
+  api_key:
+    description: The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY).
+    type: str
+  kubeconfig:
+    description: Kubeconfig of the cluster (else C(bcd_kubeconfig)).
+    type: path
+  context:
+    description: Kubeconfig context (else C(bcd_kube_context)).
+    type: str
+  state:
+    description: C(status) reads and plans; C(run) rolls.
+    type: str
+    choices: [status, run]
+    default: status
+  changes:
+    description: With C(state=status), whether the render differs from what is applied (the dry run's answer).
+    type: bool
+    default: true
+  previous:
+    description: With C(state=run), RV(previous) of the status taken before anything was applied.
+    type: list
+    elements: dict
+  run:
+    description: This run's id (the lock holder's C(run=)), for the summary and the lock renewal.
+    type: str
+  lock:
+    description: The lock Lease's name in C(bcd_namespace), renewed while rolling; none renews nothing.
+    type: str
+  cluster:
+    description: The cluster's name in the summary (C(bcd_cluster_name) or the inventory host).
+    type: str
+  started_at:
+    description: When the run started (RFC 3339), for the summary.
+    type: str
+  interval:
+    description: Seconds between polls while waiting.
+    type: float
+    default: 2
+attributes:
+  check_mode:
+    support: partial
+    details: C(state=status) is read-only and runs in check mode; C(state=run) changes nothing in check mode.
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Read the fleet's health and the previous render
+  bcd_rollout:
+    config: "{{ lookup('bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    state: status
+  register: rollout_status
+  no_log: true  # passes the API key
+
+- name: Roll in stages
+  bcd_rollout:
+    config: "{{ lookup('bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    state: run
+    previous: "{{ rollout_status.previous }}"
+    run: "{{ rollout_run }}"
+    lock: bcd-ansible-lock
+  register: rollout_result
+  no_log: true  # passes the API key
+"""
+
+RETURN = r"""
+summary:
+  description:
+    - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
+      C(unchanged), C(planned), C(refused), C(succeeded), C(failed) (a gate failed, no rollback),
+      C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
+      nodes, outcome and seconds; C(nodes) one row per selected Node; C(failed_nodes) with why;
+      C(rollback); C(unhealthy) and C(incomplete) (status); timings in RFC 3339 and seconds.
+  returned: always
+  type: dict
+table:
+  description: The printed report, one line each.
+  returned: always
+  type: list
+  elements: str
+refuse:
+  description: With C(state=status), why the rollout may not start (naming the Nodes), or null.
+  returned: state=status
+  type: str
+previous:
+  description: With C(state=status), the ConfigMap and DaemonSet as they are, reduced to what their field managers set.
+  returned: state=status
+  type: list
+  elements: dict
+plan:
+  description: The stages, C([{name, nodes}]) (with C(state=status), the Nodes whose pods would be replaced).
+  returned: always
+  type: list
+  elements: dict
+healthy:
+  description: With C(state=status), whether every selected Node is healthy and the previous rollout complete.
+  returned: state=status
+  type: bool
+"""
+
+import datetime as dt
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
+from ansible.module_utils.bcd_kube import KubeError, node_ready, path, selector
+from ansible.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    control_plane,
+    inventory,
+    kube,
+)
+from ansible.module_utils.bcd_rollout import (
+    ON_DELETE,
+    applied_config,
+    container_image,
+    digest,
+    failing,
+    fatal,
+    newest_revision,
+    plan,
+    pod_ready,
+    pod_revision,
+    pod_state,
+    pods_by_node,
+    revision_hash,
+    short,
+    table,
+    with_strategy,
+)
+
+FIELD_MANAGER = "bcd-ansible"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _rfc3339(t: dt.datetime | None = None) -> str:
+    return (t or _now()).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def natural(name: str) -> list:
+    """Sort key: gpu-node-2 before gpu-node-10."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+class LostLock(Exception):
+    pass
+
+
+class Rollout:
+    def __init__(self, module, inv, kube_api, cp):
+        self.m = module
+        self.inv = inv
+        self.kube = kube_api
+        self.cp = cp
+        self.p = module.params
+        self.ns = inv.bcd_namespace
+        self.name = inv.bcd_name
+        self.interval = max(0.2, float(self.p["interval"]))
+        self.started = time.monotonic()
+        self.started_at = self.p.get("started_at") or _rfc3339()
+        self.last_renewal = time.monotonic()
+        self.changed = False
+        self.notes: list[str] = []
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def daemonset(self) -> dict | None:
+        return self.kube.get(path("daemonsets", self.name, self.ns))
+
+    def revisions(self, ds: dict) -> list[dict]:
+        labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+        return self.kube.list(path("controllerrevisions", namespace=self.ns), {"labelSelector": selector(labels) or None})
+
+    def pods(self, ds: dict) -> dict[str, dict]:
+        labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+        items = self.kube.list(path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None})
+        return pods_by_node(items, ds["metadata"]["uid"])
+
+    def selected(self) -> dict[str, dict]:
+        nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None})
+        return {n["metadata"]["name"]: n for n in nodes}
+
+    def cp_nodes(self, names) -> dict[str, dict]:
+        wanted = set(names)
+        return {n["hostname"]: n for n in self.cp.list_nodes(self.inv.bcd_tenant, self.inv.bcd_pool) if n.get("hostname") in wanted}
+
+    # -- health -----------------------------------------------------------------------------
+
+    def problem(self, node: str, pod: dict | None, cp_node: dict | None, revision: str | None, image: str | None,
+                baseline: dict[str, dict] | None = None) -> str | None:
+        """Why ``node`` is not healthy on ``revision``/``image``, or None."""
+        if pod is None:
+            return "no bcd pod on the Node (not replaced yet, or not scheduled there)"
+        pname = pod["metadata"]["name"]
+        if revision and pod_revision(pod) != revision:
+            return f"pod {pname} runs revision {pod_revision(pod)}, not {revision} ({short(container_image(pod))})"
+        if image and container_image(pod) != image:
+            return f"pod {pname} runs image {container_image(pod)}, not {image}"
+        if not pod_ready(pod):
+            return f"pod {pname} not Ready ({pod_state(pod)})"
+        if cp_node is None:
+            return "no bcd node in the control plane reports for it (not joined)"
+        if cp_node.get("state") not in NODE_STATES_REPORTING:
+            bad = failing(cp_node)
+            extra = f" ({'; '.join(f'{k}: {v}' for k, v in bad.items())})" if bad else ""
+            return f"bcd node {cp_node.get('id')} is {cp_node.get('state')}, not reporting{extra}"
+        if baseline is not None:
+            before = failing(baseline.get(node))
+            new = {k: v for k, v in failing(cp_node).items() if k not in before}
+            if new:
+                return "new failing condition " + "; ".join(f"{k}: {v}" for k, v in new.items())
+        return None
+
+    # -- status -----------------------------------------------------------------------------
+
+    def status(self) -> None:
+        ds = self.daemonset()
+        if ds is None:
+            msg = (f"DaemonSet {self.ns}/{self.name} does not exist: adopt the cluster first (adopt-cluster.yml); "
+                   "rollout.yml only moves an adopted cluster to a new image")
+            self.finish_status(None, {}, {}, {}, None, msg, [], [], [])
+        revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
+        generation_seen = int((ds.get("status") or {}).get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0)
+        pods = self.pods(ds)
+        nodes = self.selected()
+        cpn = self.cp_nodes(nodes)
+        unhealthy, incomplete = [], []
+        for name in sorted(nodes, key=natural):
+            pod = pods.get(name)
+            if not node_ready(nodes[name]):
+                unhealthy.append({"node": name, "why": "the Node is NotReady"})
+                continue
+            why = self.problem(name, pod, cpn.get(name), None, None)
+            if why:
+                unhealthy.append({"node": name, "why": why})
+            if pod is not None and revision and pod_revision(pod) != revision:
+                incomplete.append({"node": name, "why": f"pod {pod['metadata']['name']} runs revision {pod_revision(pod)} "
+                                                        f"({short(container_image(pod))}), not the DaemonSet's {revision} "
+                                                        f"({short(container_image(ds))})"})
+        if not generation_seen:
+            incomplete.insert(0, {"node": "-", "why": "the DaemonSet controller has not seen the latest DaemonSet yet"})
+        refuse = None
+        if unhealthy or incomplete:
+            parts = []
+            if incomplete:
+                parts.append("the previous rollout is incomplete: " + "; ".join(f"{i['node']}: {i['why']}" for i in incomplete))
+            if unhealthy:
+                parts.append(f"{len(unhealthy)} of {len(nodes)} selected node(s) unhealthy: "
+                             + "; ".join(f"{u['node']}: {u['why']}" for u in unhealthy))
+            refuse = ". ".join(parts)
+            if self.inv.bcd_rollout_force:
+                self.notes.append("bcd_rollout_force: starting anyway; " + refuse)
+                refuse = None
+            else:
+                refuse += (". Nothing was changed. Fix these (or finish or undo the previous rollout), or run again with "
+                           "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
+        cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
+        previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
+        if self.p["changes"]:
+            to_roll = sorted(pods, key=natural)
+        else:
+            to_roll = sorted((n for n, pod in pods.items() if pod_revision(pod) != revision), key=natural)
+        stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
+        self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous)
+
+    def finish_status(self, ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous=None) -> None:
+        current = container_image(ds) if ds else None
+        healthy = ds is not None and not unhealthy and not incomplete
+        if refuse:
+            result, headline = "refused", f"rollout refused: {refuse}"
+        elif not self.p["changes"] and healthy:
+            result, headline = "unchanged", f"already on {current} and healthy: nothing to do"
+        else:
+            result = "planned"
+            headline = (f"rollout {short(current)} -> {short(self.inv.bcd_image)}: {sum(len(s['nodes']) for s in stages)} node(s) "
+                        f"in {len(stages)} stage(s)")
+        stage_of = {n: s["name"] for s in stages for n in s["nodes"]}
+        rows = []
+        for name in sorted(nodes, key=natural):
+            pod = pods.get(name)
+            cp_node = cpn.get(name) or {}
+            why = next((u["why"] for u in unhealthy if u["node"] == name), None)
+            rows.append({"name": name, "stage": stage_of.get(name), "from": short(container_image(pod)) if pod else None,
+                         "to": short(self.inv.bcd_image) if name in stage_of else None,
+                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": cp_node.get("state"),
+                         "outcome": f"unhealthy: {why}" if why else ("will roll" if name in stage_of else "up to date")})
+        summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
+                               unhealthy=unhealthy, incomplete=incomplete)
+        self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
+                         plan=stages, healthy=healthy, revision=revision, image=current, selected=len(nodes))
+
+    def summary(self, result, headline, from_image, stages, rows, **extra) -> dict:
+        return {
+            "cluster": self.p.get("cluster"), "namespace": self.ns, "daemonset": self.name, "run": self.p.get("run"),
+            "result": result, "headline": headline,
+            "from": {"image": from_image, "digest": digest(from_image)},
+            "to": {"image": self.inv.bcd_image, "digest": digest(self.inv.bcd_image)},
+            "started_at": self.started_at, "finished_at": _rfc3339(),
+            "seconds": round(time.monotonic() - self.started, 1),
+            "stages": stages, "nodes": rows, "failed_nodes": extra.pop("failed_nodes", []),
+            "rollback": extra.pop("rollback", None), "notes": list(self.notes), "changed": self.changed,
+            "settings": {"canary": self.inv.bcd_rollout_canary, "max_unavailable": self.inv.bcd_rollout_max_unavailable,
+                         "rollback": self.inv.bcd_rollout_rollback, "gate_timeout": self.inv.bcd_rollout_gate_timeout,
+                         "force": self.inv.bcd_rollout_force},
+            **extra,
+        }
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(self, obj: dict) -> None:
+        kind = {"DaemonSet": "daemonsets", "ConfigMap": "configmaps"}[obj["kind"]]
+        self.kube.request("PATCH", path(kind, obj["metadata"]["name"], obj["metadata"].get("namespace")),
+                          {"fieldManager": FIELD_MANAGER, "force": "true"}, obj, content_type="application/apply-patch+yaml")
+        self.changed = True
+
+    def delete_pod(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            self.kube.request("DELETE", path("pods", meta["name"], meta["namespace"]), None,
+                              {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}})
+        except KubeError as exc:
+            if exc.status not in (404, 409):  # gone already, or another pod by that name
+                raise
+        self.changed = True
+
+    def renew(self, force: bool = False) -> None:
+        """Renew our lock Lease (every third of its duration); LostLock when another run holds it."""
+        if not self.p.get("lock") or not self.p.get("run"):
+            return
+        if not force and time.monotonic() - self.last_renewal < max(5.0, self.inv.bcd_lock_ttl / 3):
+            return
+        lease_path = path("leases", self.p["lock"], self.ns)
+        lease = self.kube.get(lease_path)
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+        if lease is None or not holder.endswith(f" run={self.p['run']}"):
+            raise LostLock(f"lost the lock Lease {self.ns}/{self.p['lock']} (now held by {holder or 'nobody'}); "
+                           "another run may be working on this cluster")
+        lease["spec"]["renewTime"] = _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease["spec"]["leaseDurationSeconds"] = self.inv.bcd_lock_ttl
+        try:
+            self.kube.replace(lease_path, lease)
+        except KubeError as exc:
+            if exc.status == 409:
+                return self.renew(force=True)
+            raise
+        self.last_renewal = time.monotonic()
+        return None
+
+    # -- run --------------------------------------------------------------------------------
+
+    def observed(self, timeout: float = 60) -> dict:
+        """The DaemonSet once its controller has seen its latest generation."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ds = self.daemonset()
+            if ds is None:
+                raise KubeError(f"DaemonSet {self.ns}/{self.name} disappeared")
+            if int((ds.get("status") or {}).get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0):
+                return ds
+            if time.monotonic() > deadline:
+                raise KubeError(f"the DaemonSet controller did not see DaemonSet {self.ns}/{self.name} generation "
+                                f"{ds['metadata'].get('generation')} within {timeout:g}s (is kube-controller-manager running?)")
+            time.sleep(self.interval)
+
+    def gate(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict, timings: dict) -> dict[str, str]:
+        """Wait until every node in ``nodes`` is healthy on ``revision``/``image``; {} or node -> why."""
+        deadline = time.monotonic() + self.inv.bcd_rollout_gate_timeout
+        problems: dict[str, str] = {}
+        while True:
+            self.renew()
+            try:
+                pods = self.pods(ds)
+                cpn = self.cp_nodes(nodes)
+            except (KubeError, ControlPlaneError) as exc:
+                problems = dict.fromkeys(nodes, f"cannot check: {exc}")
+            else:
+                problems = {}
+                for node in nodes:
+                    pod = pods.get(node)
+                    why = (fatal(pod) if pod is not None and pod_revision(pod) == revision else None)
+                    if why:
+                        return {node: why, **{n: p for n, p in problems.items() if n != node}}
+                    why = self.problem(node, pod, cpn.get(node), revision, image, baseline)
+                    if why:
+                        problems[node] = why
+                    elif node not in timings:
+                        timings[node] = round(time.monotonic() - timings.get("_stage", self.started), 1)
+                if not problems:
+                    return {}
+            if time.monotonic() + self.interval > deadline:
+                return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
+            time.sleep(self.interval)
+
+    def run(self) -> None:
+        previous = self.p.get("previous") or []
+        prev_ds = next((o for o in previous if o.get("kind") == "DaemonSet"), None)
+        if prev_ds is None:
+            self.m.fail_json(msg="bcd_rollout state=run needs previous (the status taken before the new template was applied)")
+        from_image = container_image(prev_ds)
+        target = self.inv.bcd_image
+        stages_out: list[dict] = []
+        failed: list[dict] = []
+        rollback = None
+        timings: dict = {}
+        stage_of: dict[str, str] = {}
+        start_images: dict[str, str | None] = {}
+        result = "succeeded"
+        msg = None
+        try:
+            ds = self.observed()
+            if container_image(ds) != target:
+                self.m.fail_json(msg=f"DaemonSet {self.ns}/{self.name} runs {container_image(ds)}, not {target}: "
+                                     "apply the new template (OnDelete) before state=run")
+            revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
+            pods = self.pods(ds)
+            nodes = self.selected()
+            baseline = self.cp_nodes(nodes)
+            start_images = {n: container_image(p) for n, p in pods.items()}
+            to_roll = sorted((n for n, pod in pods.items() if pod_revision(pod) != revision), key=natural)
+            stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
+            rolled: list[str] = []
+            for i, stage in enumerate(stages):
+                self.renew()
+                t0 = time.monotonic()
+                timings["_stage"] = t0
+                record = {"name": stage["name"], "nodes": stage["nodes"], "started_at": _rfc3339(), "outcome": "running"}
+                stages_out.append(record)
+                for node in stage["nodes"]:
+                    stage_of[node] = stage["name"]
+                    pod = self.pods(ds).get(node)
+                    if pod is not None and pod_revision(pod) != revision:
+                        self.delete_pod(pod)
+                rolled += stage["nodes"]
+                problems = self.gate(ds, rolled, revision, target, baseline, timings)
+                record["seconds"] = round(time.monotonic() - t0, 1)
+                if problems:
+                    record["outcome"] = "failed"
+                    failed = [{"node": n, "stage": stage_of.get(n), "why": w} for n, w in sorted(problems.items(), key=lambda x: natural(x[0]))]
+                    for later in stages[i + 1:]:
+                        stages_out.append({"name": later["name"], "nodes": later["nodes"], "outcome": "not started"})
+                    break
+                record["outcome"] = "passed"
+            if failed:
+                names = ", ".join(f["node"] for f in failed)
+                first = stages_out[len([s for s in stages_out if s["outcome"] == "passed"])]["name"]
+                if self.inv.bcd_rollout_rollback:
+                    rollback = self.rollback(previous, prev_ds, rolled, baseline, timings)
+                    result = "rolled_back" if rollback["outcome"] == "succeeded" else "rollback_failed"
+                    msg = (f"the {first} health gate failed on {names}: rolled back to {from_image}"
+                           if result == "rolled_back" else
+                           f"the {first} health gate failed on {names}, and the rollback did not complete: {rollback.get('why')}")
+                else:
+                    result = "failed"
+                    msg = (f"the {first} health gate failed on {names}; bcd_rollout_rollback is false, so nothing was rolled "
+                           f"back: the DaemonSet is left with updateStrategy OnDelete on {target}, so no other pod rolls")
+                    self.notes.append(f"NOT ROLLED BACK: DaemonSet {self.ns}/{self.name} is left OnDelete on {target}; the "
+                                      f"nodes above keep what they run. Roll to a good digest with rollout.yml "
+                                      f"-e bcd_image=... -e bcd_rollout_force=true.")
+        except LostLock as exc:
+            result, msg = "failed", f"{exc}; stopped without rolling back"
+        except (KubeError, ControlPlaneError) as exc:
+            result, msg = "failed", f"stopped: {exc}"
+        rows = self.rows(stage_of, start_images, failed, timings, result)
+        headline = {
+            "succeeded": f"rolled {short(from_image)} -> {short(target)} on {len(stage_of)} node(s) in {len(stages_out)} stage(s)",
+            "rolled_back": f"rollout {short(from_image)} -> {short(target)} FAILED and was rolled back: {msg}",
+            "rollback_failed": f"rollout {short(from_image)} -> {short(target)} FAILED; rollback incomplete: {msg}",
+            "failed": f"rollout {short(from_image)} -> {short(target)} FAILED: {msg}",
+        }[result]
+        summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
+        out = {"changed": self.changed, "summary": summary, "table": table(summary), "plan": [
+            {"name": s["name"], "nodes": s["nodes"]} for s in stages_out]}
+        if result != "succeeded":
+            self.m.fail_json(msg=headline, **out)
+        self.m.exit_json(**out)
+
+    def rollback(self, previous: list[dict], prev_ds: dict, rolled: list[str], baseline: dict, timings: dict) -> dict:
+        """Re-apply the previous render with OnDelete, replace the pods not on its revision, wait,
+        then re-apply it with its own update strategy."""
+        t0 = time.monotonic()
+        out = {"attempted": True, "to": container_image(prev_ds), "started_at": _rfc3339()}
+        try:
+            for obj in previous:
+                self.apply(with_strategy(obj, ON_DELETE) if obj.get("kind") == "DaemonSet" else obj)
+            ds = self.observed()
+            revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
+            replaced = []
+            for node, pod in self.pods(ds).items():
+                if pod_revision(pod) != revision:
+                    self.delete_pod(pod)
+                    replaced.append(node)
+            out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)
+            timings.clear()
+            timings["_stage"] = time.monotonic()
+            problems = self.gate(ds, out["nodes"], revision, container_image(prev_ds), baseline, {})
+            self.apply(prev_ds)
+            if problems:
+                out.update(outcome="failed", why="; ".join(f"{n}: {w}" for n, w in problems.items()))
+            else:
+                out["outcome"] = "succeeded"
+        except (KubeError, ControlPlaneError, LostLock) as exc:
+            out.update(outcome="failed", why=str(exc))
+        out["seconds"] = round(time.monotonic() - t0, 1)
+        return out
+
+    def rows(self, stage_of, start_images, failed, timings, result) -> list[dict]:
+        why = {f["node"]: f["why"] for f in failed}
+        try:
+            ds = self.daemonset()
+            pods = self.pods(ds) if ds else {}
+            nodes = self.selected()
+            cpn = self.cp_nodes(nodes)
+        except (KubeError, ControlPlaneError):
+            pods, nodes, cpn = {}, {n: {} for n in set(stage_of) | set(start_images)}, {}
+        rows = []
+        for name in sorted(nodes, key=natural):
+            pod = pods.get(name)
+            if name in why:
+                outcome = f"FAILED: {why[name]}"
+            elif name not in stage_of:
+                outcome = "not rolled (already on the new revision)" if result == "succeeded" else "not rolled"
+            elif result in ("rolled_back", "rollback_failed"):
+                outcome = "rolled, then rolled back"
+            else:
+                outcome = f"rolled, healthy after {timings[name]}s" if name in timings else "rolled"
+            rows.append({"name": name, "stage": stage_of.get(name), "from": short(start_images.get(name)),
+                         "to": short(container_image(pod)) if pod else None,
+                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none",
+                         "state": (cpn.get(name) or {}).get("state"), "outcome": outcome})
+        return rows
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,
+            **KUBE_OPTIONS,
+            "state": {"type": "str", "choices": ["status", "run"], "default": "status"},
+            "changes": {"type": "bool", "default": True},
+            "previous": {"type": "list", "elements": "dict"},
+            "run": {"type": "str"},
+            "lock": {"type": "str"},
+            "cluster": {"type": "str"},
+            "started_at": {"type": "str"},
+            "interval": {"type": "float", "default": 2},
+        },
+        supports_check_mode=True,
+    )
+    inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
+    if module.params["state"] == "run" and module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: nothing rolled", summary={}, table=[], plan=[])
+    cp = control_plane(module, inv)
+    rollout = Rollout(module, inv, kube(module, inv), cp)
+    try:
+        if module.params["state"] == "status":
+            rollout.status()
+        else:
+            rollout.run()
+    except (KubeError, ControlPlaneError) as exc:
+        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {exc}")
+
+
+if __name__ == "__main__":
+    main()
