@@ -3,20 +3,32 @@
 Playbooks make their Kubernetes calls through kubernetes.core; our modules use this file for
 the few they must make themselves (the join-token Secret, whose token never enters Ansible's
 variables; reads for waiting and for the per-node report; the rollout lock).
+
+Objects are plain dicts (the API's JSON). We use the client's ApiClient (kubeconfig loading,
+TLS, auth) but not its typed API classes: since kubernetes 37 those are pydantic models whose
+import costs seconds in every module run; the REST paths below are the API's own
+(https://kubernetes.io/docs/reference/using-api/api-concepts/).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from urllib.parse import quote
 
 
 class KubeError(Exception):
-    """A Kubernetes API failure, with a message an operator can act on."""
+    """A Kubernetes API failure, with a message an operator can act on. ``status``: HTTP status or None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None):
     """An ApiClient from ``kubeconfig``/``context`` (else $KUBECONFIG or ~/.kube/config, else in-cluster)."""
-    from kubernetes import client, config
+    from kubernetes import config
+    from kubernetes.client.api_client import ApiClient
+    from kubernetes.client.configuration import Configuration
     from kubernetes.config.config_exception import ConfigException
 
     try:
@@ -25,54 +37,100 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
         try:
             return config.new_client_from_config(context=context)
         except ConfigException:
-            config.load_incluster_config()
-            return client.ApiClient()
+            cfg = Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            return ApiClient(configuration=cfg)
     except (ConfigException, OSError, TypeError, ValueError) as exc:
         raise KubeError(f"cannot load the kubeconfig {kubeconfig or '(default)'}{' context ' + context if context else ''}: {exc}") from None
 
 
-def describe(exc: Exception) -> str:
-    """A one-line description of a kubernetes client exception."""
-    from kubernetes.client.exceptions import ApiException
+class Kube:
+    """JSON requests to the API server through an ApiClient.
 
-    if isinstance(exc, ApiException):
-        import json
+    Paths are API paths (``/api/v1/nodes``); ``query`` a mapping of query parameters.
+    Every failure is a :class:`KubeError` naming the request and the cause.
+    """
 
-        message = exc.reason
+    def __init__(self, client):
+        self.client = client
+        self.requests = 0
+
+    def request(self, method: str, path: str, query: dict | None = None, body: object = None,
+                content_type: str = "application/json", timeout: float = 60.0):
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        q = [(k, v) for k, v in (query or {}).items() if v is not None]
         try:
-            message = json.loads(exc.body).get("message", message)
-        except (TypeError, ValueError, AttributeError):
-            pass
-        return f"Kubernetes API {exc.status}: {message}"
-    return f"cannot reach the Kubernetes API: {exc}"
+            _m, url, hdrs, data, _p = self.client.param_serialize(method, path, query_params=q, header_params=headers,
+                                                                  body=body, auth_settings=["BearerToken"])
+            self.requests += 1
+            resp = self.client.call_api(method, url, header_params=hdrs, body=data, _request_timeout=timeout)
+            raw = resp.read()
+        except Exception as exc:  # noqa: BLE001 - urllib3/SSL/socket errors: one line, never a traceback
+            raise KubeError(f"{method} {path}: cannot reach the Kubernetes API: {exc}") from None
+        doc = None
+        if raw:
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                doc = None
+        if not 200 <= resp.status < 300:
+            message = (doc or {}).get("message") if isinstance(doc, dict) else None
+            raise KubeError(f"{method} {path}: Kubernetes API {resp.status}: {message or resp.reason}", status=resp.status)
+        return doc
+
+    def get(self, path: str, query: dict | None = None):
+        """The object at ``path``, or None when it does not exist (404)."""
+        try:
+            return self.request("GET", path, query)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, path: str, query: dict | None = None, limit: int = 500) -> list[dict]:
+        """Every item of a list, following ``continue`` tokens, ``limit`` per page."""
+        items, token = [], None
+        while True:
+            page = self.request("GET", path, {**(query or {}), "limit": limit, "continue": token})
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def create(self, path: str, body: dict, field_manager: str | None = None):
+        return self.request("POST", path, {"fieldManager": field_manager}, body)
+
+    def replace(self, path: str, body: dict, field_manager: str | None = None):
+        return self.request("PUT", path, {"fieldManager": field_manager}, body)
+
+    def delete(self, path: str, body: dict | None = None):
+        """Delete; True when deleted, False when it was not there (404)."""
+        try:
+            self.request("DELETE", path, None, body)
+            return True
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def patch(self, path: str, body: dict, kind: str = "merge", field_manager: str | None = None):
+        types = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
+                 "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
+        return self.request("PATCH", path, {"fieldManager": field_manager}, body, content_type=types[kind])
 
 
-def call(fn, *args, **kwargs) -> Any:
-    """Run one client call; turn any failure into KubeError (never a traceback)."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        return fn(*args, **kwargs)
-    except ApiException as exc:
-        raise KubeError(describe(exc)) from None
-    except (HTTPError, OSError) as exc:
-        raise KubeError(describe(exc)) from None
-
-
-def status_of(exc: Exception) -> int | None:
-    return getattr(exc, "status", None)
-
-
-def list_all(fn, *args, limit: int = 500, **kwargs) -> list:
-    """Every item of a list call, following ``continue`` tokens, ``limit`` per page."""
-    items, token = [], None
-    while True:
-        page = call(fn, *args, limit=limit, _continue=token, **kwargs) if token else call(fn, *args, limit=limit, **kwargs)
-        items.extend(page.items)
-        token = page.metadata._continue
-        if not token:
-            return items
+def path(kind: str, name: str | None = None, namespace: str | None = None) -> str:
+    """The API path of a few kinds we use (plural lower-case kind, core or group/version)."""
+    groups = {
+        "nodes": "/api/v1", "namespaces": "/api/v1", "pods": "/api/v1", "secrets": "/api/v1", "events": "/api/v1",
+        "configmaps": "/api/v1", "daemonsets": "/apis/apps/v1", "controllerrevisions": "/apis/apps/v1",
+        "leases": "/apis/coordination.k8s.io/v1",
+    }
+    base = groups[kind]
+    out = base + (f"/namespaces/{quote(namespace, safe='')}" if namespace else "") + f"/{kind}"
+    return out + (f"/{quote(name, safe='')}" if name else "")
 
 
 def selector(labels: dict[str, str]) -> str:
@@ -80,15 +138,17 @@ def selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def node_ready(node) -> bool:
-    for cond in (node.status.conditions or []) if node.status else []:
-        if cond.type == "Ready":
-            return cond.status == "True"
-    return False
+def condition(obj: dict, ctype: str) -> str | None:
+    """The status ("True", "False", "Unknown") of condition ``ctype`` of an object, or None."""
+    for c in ((obj.get("status") or {}).get("conditions") or []):
+        if c.get("type") == ctype:
+            return c.get("status")
+    return None
 
 
-def pod_ready(pod) -> bool:
-    for cond in (pod.status.conditions or []) if pod.status else []:
-        if cond.type == "Ready":
-            return cond.status == "True"
-    return False
+def node_ready(node: dict) -> bool:
+    return condition(node, "Ready") == "True"
+
+
+def pod_ready(pod: dict) -> bool:
+    return condition(pod, "Ready") == "True"

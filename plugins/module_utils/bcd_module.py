@@ -34,6 +34,24 @@ def inventory(module, required: tuple[str, ...] = ()) -> Inventory:
         raise  # unreachable: fail_json exits
 
 
+def refuse_existing(module, inv: Inventory, names: list[str]) -> None:
+    """Fail (INVALID_CONFIG) when a variable in ``names`` names a file that already exists."""
+    import os
+
+    existing = []
+    for name in names:
+        target = getattr(inv, name, None)
+        if target and os.path.lexists(target):
+            existing.append(f"INVALID_CONFIG: {name}: {target} exists; give a new file (it is never overwritten)")
+    if existing:
+        module.fail_json(msg="\n".join(existing), errors=existing)
+
+
+def label_selector(inv: Inventory) -> str:
+    """``bcd_node_selector`` as a label selector string (``k=v,k2=v2``); empty selects every node."""
+    return ",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items()))
+
+
 def control_plane(module, inv: Inventory, on_retry=None):
     """A control-plane client for the inventory; the API key comes from the no_log option
     ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values."""
@@ -57,13 +75,13 @@ def control_plane(module, inv: Inventory, on_retry=None):
 
 
 def kube(module, inv: Inventory | None = None):
-    """A kubernetes ApiClient from the options ``kubeconfig``/``context`` (else bcd_kubeconfig/bcd_kube_context)."""
-    from ansible.module_utils.bcd_kube import KubeError, api_client
+    """A :class:`bcd_kube.Kube` from the options ``kubeconfig``/``context`` (else bcd_kubeconfig/bcd_kube_context)."""
+    from ansible.module_utils.bcd_kube import Kube, KubeError, api_client
 
     kubeconfig = module.params.get("kubeconfig") or (inv.bcd_kubeconfig if inv else None)
     context = module.params.get("context") or (inv.bcd_kube_context if inv else None)
     try:
-        return api_client(kubeconfig, context)
+        return Kube(api_client(kubeconfig, context))
     except KubeError as exc:
         module.fail_json(msg=str(exc))
     raise AssertionError("unreachable")

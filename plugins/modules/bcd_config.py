@@ -68,10 +68,8 @@ configmap_name:
   type: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_module import CONFIG_OPTION, inventory
+from ansible.module_utils.bcd_module import CONFIG_OPTION, inventory, label_selector, refuse_existing
 
 
 def main() -> None:
@@ -84,17 +82,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     inv = inventory(module, tuple(module.params["required"]))
-    existing = []
-    for name in module.params["new_files"]:
-        path = getattr(inv, name, None)
-        if path and os.path.lexists(path):
-            existing.append(f"INVALID_CONFIG: {name}: {path} exists; give a new file (it is never overwritten)")
-    if existing:
-        module.fail_json(msg="\n".join(existing), errors=existing)
+    refuse_existing(module, inv, module.params["new_files"])
     module.exit_json(
         changed=False,
         config=inv.public(),
-        label_selector=",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items())),
+        label_selector=label_selector(inv),
         configmap_name=inv.configmap_name,
     )
 

@@ -131,7 +131,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_cp import ControlPlaneError
-from ansible.module_utils.bcd_kube import KubeError, call
+from ansible.module_utils.bcd_kube import Kube, KubeError, path
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -168,61 +168,46 @@ def secret_manifest(inv, token: str, answer: dict) -> dict:
     }
 
 
-def read_secret(core, inv):
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return core.read_namespaced_secret(inv.bcd_join_token_secret.name, inv.bcd_namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise KubeError(f"reading Secret {inv.bcd_namespace}/{inv.bcd_join_token_secret.name}: {exc.status} {exc.reason}") from None
+def secret_path(inv) -> str:
+    return path("secrets", inv.bcd_join_token_secret.name, inv.bcd_namespace)
 
 
-def ours(secret) -> bool:
-    labels = (secret.metadata.labels or {}) if secret is not None else {}
+def ours(secret: dict | None) -> bool:
+    labels = ((secret or {}).get("metadata") or {}).get("labels") or {}
     return labels.get("app.kubernetes.io/managed-by") == FIELD_MANAGER
 
 
-def write_secret(core, inv, manifest: dict) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    existing = read_secret(core, inv)
+def write_secret(kube: Kube, inv, manifest: dict) -> None:
+    """Create the Secret, or replace the one bcd-ansible made before; never someone else's."""
     name = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
+    existing = kube.get(secret_path(inv))
     if existing is None:
         try:
-            call(core.create_namespaced_secret, inv.bcd_namespace, manifest, field_manager=FIELD_MANAGER)
+            kube.create(path("secrets", namespace=inv.bcd_namespace), manifest, field_manager=FIELD_MANAGER)
             return
-        except KubeError:
-            existing = read_secret(core, inv)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise KubeError(f"creating Secret {name}: {exc}") from None
+            existing = kube.get(secret_path(inv))
             if existing is None:
                 raise
     if not ours(existing):
         raise KubeError(f"Secret {name} exists and bcd-ansible did not make it (no label app.kubernetes.io/managed-by={FIELD_MANAGER}); "
                         "delete it or set bcd_join_token_secret.name to another name")
-    manifest = json.loads(json.dumps(manifest))
-    manifest["metadata"]["resourceVersion"] = existing.metadata.resource_version
-    try:
-        core.replace_namespaced_secret(inv.bcd_join_token_secret.name, inv.bcd_namespace, manifest, field_manager=FIELD_MANAGER)
-    except ApiException as exc:
-        raise KubeError(f"replacing Secret {name}: {exc.status} {exc.reason}") from None
+    body = json.loads(json.dumps(manifest))
+    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+    kube.replace(secret_path(inv), body, field_manager=FIELD_MANAGER)
 
 
-def delete_secret(core, inv, check: bool) -> tuple[bool, str | None]:
-    secret = read_secret(core, inv)
+def delete_secret(kube: Kube, inv, check: bool) -> tuple[bool, str | None]:
+    secret = kube.get(secret_path(inv))
     name = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
     if secret is None:
         return False, None
     if not ours(secret):
         return False, f"Secret {name} was not made by bcd-ansible; left in place"
     if not check:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            core.delete_namespaced_secret(inv.bcd_join_token_secret.name, inv.bcd_namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"deleting Secret {name}: {exc.status} {exc.reason}") from None
+        kube.delete(secret_path(inv))
     return True, None
 
 
@@ -239,7 +224,11 @@ def present(module, inv, cp, core) -> None:
         answer = cp.create_token(inv.bcd_tenant, inv.bcd_pool, max_uses, inv.bcd_token_ttl, key,
                                  description(p["cluster"], p["run"], p["playbook"]))
     except ControlPlaneError as exc:
-        module.fail_json(msg=f"minting the join token: {exc}", secret=where)
+        hint = ""
+        if exc.code == "CONFLICT" and inv.bcd_token_key:
+            hint = (f"; bcd_token_key {inv.bcd_token_key!r} was used before with other parameters (an idempotency key "
+                    "retries one request only): unset it or choose a new key")
+        module.fail_json(msg=f"minting the join token: {exc}{hint}", secret=where)
     token = answer.get("token")
     if not isinstance(token, str) or not token:
         module.fail_json(msg="minting the join token: the control plane returned no token", secret=where)
@@ -328,9 +317,7 @@ def main() -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}", module.params[opt]):
             module.fail_json(msg=f"{opt}: {module.params[opt]!r} must be 1 to 63 letters, digits, '_', '.', ':' and '-'")
     cp = control_plane(module, inv)
-    from kubernetes import client
-
-    core = client.CoreV1Api(kube(module, inv))
+    core = kube(module, inv)
     try:
         if module.params["state"] == "present":
             present(module, inv, cp, core)

@@ -92,7 +92,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_kube import KubeError, api_client
+from ansible.module_utils.bcd_kube import Kube, KubeError, api_client, path
 
 HOLDER_RE = re.compile(r"^(?P<user>[^@\s]*)@(?P<host>\S+) pid=(?P<pid>\d+) run=(?P<run>\S+)$")
 
@@ -103,6 +103,15 @@ def _now() -> dt.datetime:
 
 def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _playbook_pid() -> int:
@@ -155,22 +164,18 @@ def main() -> None:
     except (KeyError, OSError):
         user = str(os.getuid())
     me = f"{user}@{socket.gethostname()} pid={_playbook_pid()} run={p['run']}"
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
     try:
-        coord = client.CoordinationV1Api(api_client(p["kubeconfig"], p["context"]))
+        kube = Kube(api_client(p["kubeconfig"], p["context"]))
     except KubeError as exc:
         module.fail_json(msg=str(exc))
     where = f"Lease {p['namespace']}/{p['name']}"
+    lease_path = path("leases", p["name"], p["namespace"])
 
     def read():
         try:
-            return coord.read_namespaced_lease(p["name"], p["namespace"])
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            module.fail_json(msg=f"reading {where}: {exc.status} {exc.reason}")
+            return kube.get(lease_path)
+        except KubeError as exc:
+            module.fail_json(msg=f"reading {where}: {exc}")
 
     def body(resource_version=None, transitions=0):
         now = _micro(_now())
@@ -183,14 +188,15 @@ def main() -> None:
 
     if p["state"] == "absent":
         lease = read()
-        if lease is None or lease.spec.holder_identity != me or module.check_mode:
-            module.exit_json(changed=False, holder=lease.spec.holder_identity if lease else None)
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        if lease is None or holder != me or module.check_mode:
+            module.exit_json(changed=False, holder=holder)
         try:
-            coord.delete_namespaced_lease(p["name"], p["namespace"],
-                                          body=client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version=lease.metadata.resource_version)))
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                module.fail_json(msg=f"releasing {where}: {exc.status} {exc.reason}")
+            kube.delete(lease_path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                     "preconditions": {"resourceVersion": lease["metadata"]["resourceVersion"]}})
+        except KubeError as exc:
+            if exc.status != 409:
+                module.fail_json(msg=f"releasing {where}: {exc}")
         module.exit_json(changed=False, holder=None)
 
     started = time.monotonic()
@@ -200,36 +206,35 @@ def main() -> None:
             if module.check_mode:
                 module.exit_json(changed=False, holder=None, took_over=None, waited=0.0)
             try:
-                coord.create_namespaced_lease(p["namespace"], body())
+                kube.create(path("leases", namespace=p["namespace"]), body())
                 module.exit_json(changed=False, holder=me, took_over=None, waited=round(time.monotonic() - started, 1))
-            except ApiException as exc:
+            except KubeError as exc:
                 if exc.status == 404:
                     module.fail_json(msg=f"taking {where}: namespace {p['namespace']} does not exist")
                 if exc.status != 409:
-                    module.fail_json(msg=f"taking {where}: {exc.status} {exc.reason}")
+                    module.fail_json(msg=f"taking {where}: {exc}")
                 continue
-        spec = lease.spec
-        holder = spec.holder_identity or ""
-        renew = spec.renew_time or spec.acquire_time
-        expires = renew + dt.timedelta(seconds=spec.lease_duration_seconds or 0) if renew else None
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        renew = _parse(spec.get("renewTime") or spec.get("acquireTime"))
+        expires = renew + dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 0) if renew else None
         expired = expires is None or expires < _now()
         dead = _alive_here(holder) is False
         if holder == me or not holder or expired or dead:
             if module.check_mode:
                 module.exit_json(changed=False, holder=holder, took_over=None if holder in (me, "") else holder, waited=0.0)
             try:
-                coord.replace_namespaced_lease(p["name"], p["namespace"],
-                                               body(lease.metadata.resource_version, (spec.lease_transitions or 0) + (holder != me)))
-            except ApiException as exc:
+                kube.replace(lease_path, body(lease["metadata"]["resourceVersion"], (spec.get("leaseTransitions") or 0) + (holder != me)))
+            except KubeError as exc:
                 if exc.status == 409:
                     continue  # someone else took it first: look again
-                module.fail_json(msg=f"taking {where}: {exc.status} {exc.reason}")
+                module.fail_json(msg=f"taking {where}: {exc}")
             took = None if holder in (me, "") else holder
             if took:
                 module.warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
             module.exit_json(changed=False, holder=me, took_over=took, waited=round(time.monotonic() - started, 1))
         if time.monotonic() - started >= p["wait"]:
-            since = spec.acquire_time.isoformat() if spec.acquire_time else "?"
+            since = spec.get("acquireTime") or "?"
             module.fail_json(msg=f"locked by {holder} (since {since}, until {expires.isoformat() if expires else '?'}); "
                                  f"another bcd-ansible run works on this cluster ({where}). Try again when it ends.",
                              holder=holder)

@@ -31,6 +31,18 @@ options:
       - Path of the C(config.toml) Jinja2 template (C(templates/config.toml.j2)).
     type: path
     required: true
+  required:
+    description:
+      - Variables this playbook needs beyond the model's own required ones (see M(bcd_config)).
+    type: list
+    elements: str
+    default: []
+  new_files:
+    description:
+      - Variables naming files this playbook will create; each must not exist yet (see M(bcd_config)).
+    type: list
+    elements: str
+    default: []
   dest:
     description:
       - A new file to write the C(v1) C(List) to (mode 0644; the manifests hold no secret).
@@ -62,6 +74,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+config:
+  description: Every C(bcd_*) variable, validated and normalised, as M(bcd_config) returns it (never C(bcd_api_key)).
+  returned: success
+  type: dict
+label_selector:
+  description: C(bcd_node_selector) as a Kubernetes label selector; empty selects every node.
+  returned: success
+  type: str
 objects:
   description: The objects in apply order (Namespace when created, ConfigMap, DaemonSet).
   returned: success
@@ -90,7 +110,13 @@ dest:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_module import CONFIG_OPTION, inventory, write_new_file
+from ansible.module_utils.bcd_module import (
+    CONFIG_OPTION,
+    inventory,
+    label_selector,
+    refuse_existing,
+    write_new_file,
+)
 from ansible.module_utils.bcd_render import CONFIG_HASH_ANNOTATION, as_list, dumps, render
 
 
@@ -100,10 +126,13 @@ def main() -> None:
             "config": CONFIG_OPTION,
             "template": {"type": "path", "required": True},
             "dest": {"type": "path"},
+            "required": {"type": "list", "elements": "str", "default": []},
+            "new_files": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    inv = inventory(module)
+    inv = inventory(module, tuple(module.params["required"]))
+    refuse_existing(module, inv, module.params["new_files"])
     try:
         with open(module.params["template"], encoding="utf-8") as handle:
             template_text = handle.read()
@@ -117,6 +146,9 @@ def main() -> None:
     ds = by_kind["DaemonSet"]
     result = {
         "changed": False,
+        "config": inv.public(),
+        "label_selector": label_selector(inv),
+        "configmap_name": inv.configmap_name,
         "objects": objects,
         "namespace": by_kind.get("Namespace"),
         "configmap": by_kind["ConfigMap"],

@@ -108,7 +108,7 @@ missing:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import KubeError, list_all, node_ready, pod_ready, selector
+from ansible.module_utils.bcd_kube import Kube, KubeError, node_ready, path, pod_ready, selector
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -119,36 +119,34 @@ from ansible.module_utils.bcd_module import (
 )
 
 
-def pod_state(pod) -> str:
+def pod_state(pod: dict) -> str:
     """A short description of why a pod is not Ready: its phase and any waiting/terminated container."""
-    parts = [f"phase {pod.status.phase}"]
-    statuses = (pod.status.init_container_statuses or []) + (pod.status.container_statuses or [])
-    for cs in statuses:
-        st = cs.state
-        if st and st.waiting:
-            parts.append(f"{cs.name} waiting: {st.waiting.reason}{' - ' + st.waiting.message if st.waiting.message else ''}")
-        elif st and st.terminated and st.terminated.exit_code:
-            parts.append(f"{cs.name} exited {st.terminated.exit_code}: {st.terminated.reason or ''} {st.terminated.message or ''}".strip())
+    status = pod.get("status") or {}
+    parts = [f"phase {status.get('phase')}"]
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        st = cs.get("state") or {}
+        if st.get("waiting"):
+            w = st["waiting"]
+            parts.append(f"{cs['name']} waiting: {w.get('reason')}{' - ' + w['message'] if w.get('message') else ''}")
+        elif st.get("terminated") and st["terminated"].get("exitCode"):
+            t = st["terminated"]
+            parts.append(f"{cs['name']} exited {t['exitCode']}: {t.get('reason') or ''} {t.get('message') or ''}".strip())
     return "; ".join(parts)
 
 
-def diagnose(api, inv, names: list[str], known: dict) -> dict[str, str]:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    pods = list_all(core.list_namespaced_pod, inv.bcd_namespace,
-                    label_selector=selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name}))
+def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, dict]) -> dict[str, str]:
+    pods = kube.list(path("pods", namespace=inv.bcd_namespace),
+                     {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})})
     by_node = {}
     for pod in pods:
-        if pod.spec.node_name and not pod.metadata.deletion_timestamp:
-            by_node[pod.spec.node_name] = pod
+        if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+            by_node[pod["spec"]["nodeName"]] = pod
     events = {}
-    for ev in list_all(core.list_namespaced_event, inv.bcd_namespace, field_selector="involvedObject.kind=Pod,type=Warning"):
-        key = ev.involved_object.name
-        when = ev.last_timestamp or ev.event_time or ev.metadata.creation_timestamp
-        if key not in events or (when and events[key][0] and when > events[key][0]):
-            events[key] = (when, f"{ev.reason}: {ev.message}")
-    nodes = {n.metadata.name: n for n in list_all(core.list_node, label_selector=selector(inv.bcd_node_selector))}
+    for ev in kube.list(path("events", namespace=inv.bcd_namespace), {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}):
+        key = ev["involvedObject"].get("name")
+        when = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp") or ""
+        if key not in events or when >= events[key][0]:
+            events[key] = (when, f"{ev.get('reason')}: {ev.get('message')}")
     why = {}
     for name in names:
         cp_node = known.get(name) or {}
@@ -160,17 +158,17 @@ def diagnose(api, inv, names: list[str], known: dict) -> dict[str, str]:
         elif refused:
             c = refused[-1]
             reason = f"join refused: {c.get('reason')}: {c.get('message')}"
-        elif pod is not None and pod.metadata.name in events:
-            reason = f"join refused or failing: {events[pod.metadata.name][1]}"
+        elif pod is not None and pod["metadata"]["name"] in events:
+            reason = f"join refused or failing: {events[pod['metadata']['name']][1]}"
         elif node is not None and not node_ready(node):
             reason = "the Node is NotReady"
         elif pod is None:
             reason = (f"no bcd pod on this Node (DaemonSet {inv.bcd_namespace}/{inv.bcd_name} missing, not scheduled there, "
                       "or the Node does not match bcd_node_selector)")
         elif not pod_ready(pod):
-            reason = f"pod {pod.metadata.name} not Ready ({pod_state(pod)})"
+            reason = f"pod {pod['metadata']['name']} not Ready ({pod_state(pod)})"
         else:
-            reason = f"pod {pod.metadata.name} is Ready but the node has not reported to the control plane (no join seen yet)"
+            reason = f"pod {pod['metadata']['name']} is Ready but the node has not reported to the control plane (no join seen yet)"
         why[name] = reason
     return why
 
@@ -190,15 +188,13 @@ def main() -> None:
     )
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
     cp = control_plane(module, inv)
-    api = kube(module, inv)
-    from kubernetes import client
-
+    kube_api = kube(module, inv)
     try:
-        k8s_nodes = list_all(client.CoreV1Api(api).list_node, label_selector=selector(inv.bcd_node_selector))
+        k8s_nodes = {n["metadata"]["name"]: n for n in kube_api.list(path("nodes"), {"labelSelector": selector(inv.bcd_node_selector) or None})}
     except KubeError as exc:
         module.fail_json(msg=f"listing the selected Nodes: {exc}")
-    names = sorted(n.metadata.name for n in k8s_nodes)
-    labels = {n.metadata.name: (n.metadata.labels or {}) for n in k8s_nodes}
+    names = sorted(k8s_nodes)
+    labels = {name: (n["metadata"].get("labels") or {}) for name, n in k8s_nodes.items()}
     wanted = set(names)
     known = {}
     try:
@@ -221,14 +217,14 @@ def main() -> None:
     missing = [o["name"] for o in out if not o["reporting"]]
     if module.params["diagnose"] and missing:
         try:
-            why = diagnose(api, inv, missing, known)
+            why = diagnose(kube_api, inv, missing, known, k8s_nodes)
         except KubeError as exc:
             why = dict.fromkeys(missing, f"could not diagnose: {exc}")
         for o in out:
             if o["name"] in why:
                 o["why"] = why[o["name"]]
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
-                     join_timeout=inv.bcd_join_timeout, cp_requests=cp.requests)
+                     join_timeout=inv.bcd_join_timeout, cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 
 if __name__ == "__main__":

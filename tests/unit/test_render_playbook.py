@@ -55,3 +55,16 @@ def test_render_check_mode_writes_nothing(tmp_path):
     run = run_playbook("render.yml", "--check", "-i", "localhost,", "-c", "local", "-e", f"@{_vars(tmp_path)}", "-e", f"bcd_render_out={out}")
     assert run.returncode == 0, run.stdout
     assert not out.exists()
+
+
+def test_example_inventory_renders_every_cluster(tmp_path):
+    run = run_playbook("render.yml", "-i", "inventories/example", "-e", f"bcd_render_out={tmp_path}/{{{{ inventory_hostname }}}}.json")
+    assert run.returncode == 0, run.stdout[-3000:]
+    rendered = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert set(rendered) == {"gpu-kubeadm", "gpu-k3s", "gpu-rke2"}
+    paths = {name: {v["hostPath"]["path"] for v in doc["items"][2]["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+             for name, doc in rendered.items()}
+    assert "/var/lib/rancher/k3s/agent/kubelet.kubeconfig" in paths["gpu-k3s"]
+    assert "/etc/nvidia-container-runtime" in paths["gpu-k3s"]
+    assert "/var/lib/rancher/rke2/agent/etc/containerd/config.toml" in paths["gpu-rke2"]
+    assert "/etc/kubernetes/kubelet.conf" in paths["gpu-kubeadm"]
