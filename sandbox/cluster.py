@@ -690,14 +690,13 @@ def down(sdir: Path | None = None) -> list[str]:
         return problems
     if not _is_sandbox_dir(sdir):
         return [f"sandbox: {sdir} does not look like a sandbox directory; not touching it"]
+    pids = {n: proc.pid_of(sdir, n) for n in proc.names(sdir)}
     service = control_plane_service()
     if service is not None:
         try:
             service.stop(sdir)
         except Exception as exc:  # noqa: BLE001 - reported, and the rest must still be stopped
             problems.append(f"sandbox: control-plane emulator failed to stop: {type(exc).__name__}: {exc}")
-    names = proc.names(sdir)
-    pids = {n: proc.pid_of(sdir, n) for n in names}
     proc.stop_all(sdir, STOP_ORDER)
     alive = [f"{n} (pid {pid})" for n, pid in pids.items() if pid is not None and _alive(pid)]
     if alive:

@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def sandbox():
+def sandbox(request):
     """The session's sandbox (``sandbox.api.Sandbox``): ``$SANDBOX_DIR``, else ``<repo>/.sandbox-test``.
 
     Brought up when it is not up (``SANDBOX_NODES`` GPU nodes, default 3; a sandbox with a stopped
@@ -36,7 +36,9 @@ def sandbox():
     sb = Sandbox(sdir)
     created = sb.state_or_none() is None
     if created or not sb.is_up():
-        sb.up()
+        # Shown live: a cold cache builds the binaries first (minutes, with progress).
+        with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+            sb.up()
     previous = os.environ.get("SANDBOX_DIR")
     os.environ["SANDBOX_DIR"] = str(sb.dir)
     try:
@@ -47,4 +49,5 @@ def sandbox():
         else:
             os.environ["SANDBOX_DIR"] = previous
         if created:
-            sb.down()
+            with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+                sb.down()
