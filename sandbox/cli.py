@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from kubernetes.client.rest import ApiException
+
 from sandbox import build, cluster, proc
 
 
@@ -86,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sandbox: added {', '.join(names)} (Ready)")
     except (proc.StartError, build.BuildError, cluster.UsageError) as exc:
         print(str(exc), file=sys.stderr)
+        return 1
+    except ApiException as exc:
+        print(f"sandbox: the Kubernetes API refused a request: {exc.status} {exc.reason}: {exc.body}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("sandbox: interrupted; `python -m sandbox down` stops what was started", file=sys.stderr)

@@ -1,0 +1,168 @@
+"""Issue 3, without a cluster: where the sandbox's binaries come from, and its PKI.
+
+These run in ``make test-unit``: no binary is built (fake binaries stand in) and no process is
+started but a local TLS server in a thread.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import ssl
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox import build, pki
+
+
+def fake_binary(path: Path, output: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{output}'\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty binary cache, no SANDBOX_* variables, and a PATH without any sandbox binary."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for b in build.BINARIES:
+        monkeypatch.delenv(b.env, raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    return build.cache_dir()
+
+
+def test_pins_come_from_the_wrapper_go_modules():
+    versions = {b.name: build.version_of(b) for b in build.BINARIES}
+    assert re.fullmatch(r"3\.6\.\d+", versions["etcd"])
+    assert re.fullmatch(r"0\.8\.\d+", versions["kwok"])
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"):
+        assert re.fullmatch(r"1\.36\.\d+", versions[name])
+    gomod = (build.GO_DIR / "kube" / "go.mod").read_text()
+    # every staging module is replaced by its published k8s.io/<name> at the matching v0.x
+    minor = versions["kube-apiserver"].split(".", 1)[1]
+    replaced = re.findall(r"^\s*(k8s\.io/[\w-]+) => (k8s\.io/[\w-]+) v(\S+)", gomod, re.M)
+    assert len(replaced) > 20
+    assert all(a == b and v == f"0.{minor}" for a, b, v in replaced)
+
+
+def test_ldflags_stamp_the_versions_the_tools_print():
+    v = build.version_of(build.BY_NAME["kube-apiserver"])
+    flags = build.ldflags("kube")
+    assert f"-X k8s.io/component-base/version.gitVersion=v{v}" in flags
+    assert f"-X k8s.io/client-go/pkg/version.gitVersion=v{v}" in flags
+    assert "-X go.etcd.io/etcd/api/v3/version.GitSHA=" in build.ldflags("etcd")
+
+
+def test_go_output_name_skips_a_major_version_suffix():
+    assert build._go_output_name("go.etcd.io/etcd/server/v3") == "server"
+    assert build._go_output_name("k8s.io/kubernetes/cmd/kubectl") == "kubectl"
+
+
+def test_a_matching_binary_named_by_its_variable_is_used(cache, tmp_path, monkeypatch):
+    fake = fake_binary(tmp_path / "mine" / "kwok", f"kwok version v{build.version_of(build.BY_NAME['kwok'])} go")
+    monkeypatch.setenv("SANDBOX_KWOK", str(fake))
+    assert build.resolve(["kwok"], say=lambda m: None) == {"kwok": fake}
+
+
+def test_a_matching_binary_on_path_is_used(cache, tmp_path, monkeypatch):
+    fake = fake_binary(tmp_path / "bin" / "etcd", f"etcd Version: {build.version_of(build.BY_NAME['etcd'])}")
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    assert build.resolve(["etcd"], say=lambda m: None) == {"etcd": fake}
+
+
+def test_a_mismatching_variable_is_reported_and_the_stamped_cache_used(cache, tmp_path, monkeypatch):
+    kwok = build.BY_NAME["kwok"]
+    monkeypatch.setenv("SANDBOX_KWOK", str(fake_binary(tmp_path / "old" / "kwok", "kwok version v0.7.0 go")))
+    cached = fake_binary(cache / "kwok", "not run")
+    (cache / "kwok.stamp").write_text(build._stamp_key(kwok) + "\n")
+    said: list[str] = []
+    assert build.resolve(["kwok"], say=said.append) == {"kwok": cached}
+    assert any("ignoring SANDBOX_KWOK" in m and f"not {build.version_of(kwok)}" in m for m in said)
+
+
+def test_a_cached_binary_with_a_stale_stamp_is_not_used(cache):
+    kwok = build.BY_NAME["kwok"]
+    fake_binary(cache / "kwok", "not run")
+    (cache / "kwok.stamp").write_text("0.7.0 0123456789abcdef\n")
+    assert build._cached(kwok) is None
+    (cache / "kwok.stamp").write_text(build._stamp_key(kwok) + "\n")
+    assert build._cached(kwok) == cache / "kwok"
+
+
+def test_no_go_and_nothing_cached_is_a_clear_error(cache, tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(build.BuildError, match=r"`go` is not on PATH"):
+        build.resolve(["kwok"], say=lambda m: None)
+
+
+# ---------------------------------------------------------------------------------- PKI
+
+
+def _serve_once(ctx: ssl.SSLContext) -> tuple[int, threading.Thread, list]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    errors: list = []
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        try:
+            with ctx.wrap_socket(conn, server_side=True) as tls:
+                tls.sendall(b"ok")
+        except (ssl.SSLError, OSError) as exc:
+            errors.append(exc)
+        finally:
+            listener.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread, errors
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+                                  "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.0.0.1"])
+def test_serving_and_client_certificates_pass_strict_mutual_tls(tmp_path, name):
+    p = pki.ensure(tmp_path / "pki")
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(p / "ca.crt"))
+    server.verify_flags |= ssl.VERIFY_X509_STRICT
+    server.verify_mode = ssl.CERT_REQUIRED
+    server.load_cert_chain(str(p / "apiserver.crt"), str(p / "apiserver.key"))
+    port, thread, errors = _serve_once(server)
+    client = ssl.create_default_context(cafile=str(p / "ca.crt"))
+    client.verify_flags |= ssl.VERIFY_X509_STRICT
+    client.load_cert_chain(str(p / "admin.crt"), str(p / "admin.key"))
+    with socket.create_connection(("127.0.0.1", port)) as raw, client.wrap_socket(raw, server_hostname=name) as tls:
+        assert tls.recv(2) == b"ok"
+    thread.join(5)
+    assert not errors
+
+
+def test_a_name_outside_the_sans_is_refused(tmp_path):
+    p = pki.ensure(tmp_path / "pki")
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(str(p / "apiserver.crt"), str(p / "apiserver.key"))
+    port, thread, _ = _serve_once(server)
+    client = ssl.create_default_context(cafile=str(p / "ca.crt"))
+    with socket.create_connection(("127.0.0.1", port)) as raw, pytest.raises(ssl.SSLCertVerificationError):
+        client.wrap_socket(raw, server_hostname="example.com")
+    thread.join(5)
+
+
+def test_pki_is_made_once_with_private_keys_0600(tmp_path):
+    p = pki.ensure(tmp_path / "pki")
+    before = {f.name: f.read_bytes() for f in p.iterdir()}
+    assert {"ca.crt", "ca.key", "sa.key", "sa.pub", "apiserver.crt", "admin.crt", "kwok.crt"} <= set(before)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o700
+    for key in p.glob("*.key"):
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600, key
+    pki.ensure(p)
+    assert {f.name: f.read_bytes() for f in p.iterdir()} == before, "a second ensure changes nothing"
+    (p / "kwok.crt").unlink()
+    pki.ensure(p)
+    assert (p / "kwok.crt").read_bytes() != before["kwok.crt"]
+    assert (p / "ca.crt").read_bytes() == before["ca.crt"], "a missing leaf is re-issued by the same CA"
