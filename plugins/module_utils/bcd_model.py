@@ -414,6 +414,8 @@ class Inventory(BaseModel):
     bcd_require_pod_security: bool = False
     bcd_privileged_namespaces: list[str] = Field(default_factory=lambda: ["kube-system", "kube-public", "kube-node-lease"])
     bcd_gpu_isolation_enforce: bool = True
+    # adopt-cluster.yml configures GPU isolation (gpu_stack role) before its gate; false: check only.
+    bcd_gpu_stack_configure: bool = True
     bcd_join_timeout: Duration | None = None
     bcd_rollout_timeout: Duration | None = None
     bcd_render_out: str | None = None
