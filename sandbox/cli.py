@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sandbox: added {', '.join(names)} (Ready)")
     except (proc.StartError, build.BuildError, cluster.UsageError) as exc:
         print(str(exc), file=sys.stderr)
+        if args.cmd == "up" and isinstance(exc, proc.StartError):
+            print("sandbox: `python -m sandbox down` stops whatever did start", file=sys.stderr)
         return 1
     except ApiException as exc:
         print(f"sandbox: the Kubernetes API refused a request: {exc.status} {exc.reason}: {exc.body}",

@@ -32,6 +32,7 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import ssl
@@ -99,13 +100,31 @@ def save_state(sdir: Path, state: dict[str, Any]) -> None:
 
 
 def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (all held open while choosing)."""
-    socks = []
+    """``n`` distinct free TCP ports on 127.0.0.1, all held open while choosing.
+
+    Chosen below the kernel's ephemeral range (``ip_local_port_range``), so that no outgoing
+    connection (of this sandbox or another) takes one before its component binds it or when
+    ``up`` restarts the component later.
+    """
     try:
-        for _ in range(n):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = low if low > 12000 else 65536  # an unusual range: fall back to the kernel's choice
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(200 * n):
+            if len(socks) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", 10000 + secrets.randbelow(low - 10000) if low <= 65535 else 0))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
+        if len(socks) < n:
+            raise proc.StartError("sandbox: found no free ports on 127.0.0.1")
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:

@@ -38,7 +38,12 @@ def sandbox(request):
     if created or not sb.is_up():
         # Shown live: a cold cache builds the binaries first (minutes, with progress).
         with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
-            sb.up()
+            try:
+                sb.up()
+            except BaseException:
+                if created:
+                    sb.down()
+                raise
     previous = os.environ.get("SANDBOX_DIR")
     os.environ["SANDBOX_DIR"] = str(sb.dir)
     try:
