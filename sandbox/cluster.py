@@ -628,8 +628,10 @@ def _require_state(sdir: Path) -> dict[str, Any]:
 
 
 def _is_sandbox_dir(sdir: Path) -> bool:
+    """A directory that ``up`` (or the control-plane emulator) made: safe to use and to remove."""
     return sdir.is_dir() and not (sdir / ".git").exists() and (
-        (sdir / "state.json").exists() or (sdir / "pids").is_dir() or (sdir / "pki").is_dir())
+        (sdir / "state.json").exists() or (sdir / "pids").is_dir() or (sdir / "pki").is_dir()
+        or any(p.name.startswith("control-plane") for p in sdir.iterdir()))
 
 
 def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
@@ -643,6 +645,9 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     state = load_state(sdir)
     if state is None and _is_sandbox_dir(sdir):
         proc.stop_all(sdir, STOP_ORDER)  # leftovers of an up that died before saving its state
+    elif state is None and sdir.is_dir() and any(sdir.iterdir()):
+        raise UsageError(f"sandbox: {sdir} is a non-empty directory that is not a sandbox; "
+                         "point SANDBOX_DIR at a new or sandbox directory")
     gpu_nodes = nodes or requested_nodes() or (state or {}).get("gpu_nodes") or DEFAULT_NODES
     sdir.mkdir(parents=True, exist_ok=True)
     os.chmod(sdir, 0o700)
@@ -669,12 +674,11 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     ensure_rbac(sdir)
     kwok_since = None
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-        if name == "kwok":
-            kwok_since = datetime.datetime.now(datetime.UTC)
+        since = datetime.datetime.now(datetime.UTC)
         if _start(name, sdir, state):
             say(f"sandbox: started {name} (pid {proc.pid_of(sdir, name)})")
-        elif name == "kwok":
-            kwok_since = None
+            if name == "kwok":
+                kwok_since = since
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
         _wait_healthy(name, sdir, state)
     if kwok_since is not None:
