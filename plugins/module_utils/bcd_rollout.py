@@ -277,10 +277,10 @@ def plan(nodes: list[str], canary: int, max_unavailable: int | str, total: int) 
 # --- the report -------------------------------------------------------------------------------
 
 def table(summary: dict) -> list[str]:
-    """The printed report: a headline, one row per node (stage, image before -> after, pod,
-    bcd node state, outcome) and the failures."""
+    """The printed report: a headline, one row per node (stage, image digest before the run and
+    now, pod, bcd node state, outcome), the failures and the notes."""
     rows = summary.get("nodes") or []
-    head = {"name": "NODE", "stage": "STAGE", "from": "FROM", "to": "TO", "pod": "POD", "state": "BCD NODE", "outcome": "OUTCOME"}
+    head = {"name": "NODE", "stage": "STAGE", "from": "BEFORE", "to": "NOW", "pod": "POD", "state": "BCD NODE", "outcome": "OUTCOME"}
     cols = ("name", "stage", "from", "to", "pod", "state")
     width = {c: max([len(str(head[c]))] + [len(str(r.get(c) or "-")) for r in rows]) for c in cols}
     lines = [summary.get("headline") or f"rollout: {summary.get('result')}"]

@@ -333,7 +333,7 @@ class Rollout:
             cp_node = cpn.get(name) or {}
             why = next((u["why"] for u in unhealthy if u["node"] == name), None)
             rows.append({"name": name, "stage": stage_of.get(name), "from": short(container_image(pod)) if pod else None,
-                         "to": short(self.inv.bcd_image) if name in stage_of else None,
+                         "to": short(container_image(pod)) if pod else None,
                          "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": cp_node.get("state"),
                          "outcome": f"unhealthy: {why}" if why else ("will roll" if name in stage_of else "up to date")})
         summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
@@ -439,9 +439,10 @@ class Rollout:
                         timings[node] = round(time.monotonic() - timings.get("_stage", self.started), 1)
                 if not problems:
                     return {}
-            if time.monotonic() + self.interval > deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
-            time.sleep(self.interval)
+            time.sleep(min(self.interval, remaining))
 
     def run(self) -> None:
         previous = self.p.get("previous") or []

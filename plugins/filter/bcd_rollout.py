@@ -1,0 +1,77 @@
+"""Filters for rollout.yml: the difference between what is applied and the render, readable."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+import yaml
+
+# Bookkeeping the API server keeps on every object; a difference there is not a change to roll.
+_VOLATILE_METADATA = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "uid")
+# The DaemonSet's template generation, which the server moves with the template.
+_VOLATILE_ANNOTATIONS = ("deprecated.daemonset.template.generation",)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (config.toml) as literal blocks, so their diff is line by line."""
+
+
+def _str(dumper, value):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _dump(obj) -> list[str]:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=True, default_flow_style=False).splitlines() if obj else []
+
+
+def _strip(obj):
+    if not isinstance(obj, dict):
+        return obj
+    out = json.loads(json.dumps(obj))  # plain types (Ansible's tagged values do not dump)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        for key in _VOLATILE_METADATA:
+            meta.pop(key, None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            for key in _VOLATILE_ANNOTATIONS:
+                annotations.pop(key, None)
+            if not annotations:
+                meta.pop("annotations")
+        if not meta:
+            out.pop("metadata")
+    out.pop("status", None)
+    return out
+
+
+def bcd_apply_diff(results: list, context: int = 2) -> list[dict]:
+    """The differences a server-side dry run found, per object, as unified-diff lines.
+
+    ``results``: the ``results`` of a looped kubernetes.core.k8s task run with ``diff: true``
+    in check mode (each has ``item``, the object, and ``diff``, kubernetes.core's before/after
+    of the differing fields). Differences only in server bookkeeping (managedFields,
+    resourceVersion, generation, the DaemonSet's template-generation annotation) are left out.
+    Returns ``[{"object": "Kind ns/name", "lines": [...]}]``, one entry per object that would
+    change.
+    """
+    out = []
+    for res in results or []:
+        diff = (res or {}).get("diff") or {}
+        before, after = _strip(diff.get("before") or {}), _strip(diff.get("after") or {})
+        if before == after:
+            continue
+        item = res.get("item") or {}
+        meta = item.get("metadata") or {}
+        name = f"{item.get('kind')} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
+        lines = list(difflib.unified_diff(_dump(before), _dump(after), f"{name} (applied)", f"{name} (rendered)", lineterm="", n=context))
+        out.append({"object": name, "lines": lines})
+    return out
+
+
+class FilterModule:
+    def filters(self):
+        return {"bcd_apply_diff": bcd_apply_diff}
