@@ -202,7 +202,13 @@ def _go_build(module: str, binaries: list[Binary], say) -> float:
     done = threading.Event()
 
     def ticker() -> None:
+        total: int | None = None
         while not done.wait(30):
+            if total is None:
+                # Every package the build needs; those already in Go's build cache are not compiled.
+                listed = subprocess.run([go, "list", "-deps", *[b.package for b in binaries]], cwd=GO_DIR / module,
+                                        env=env, capture_output=True, text=True, check=False)
+                total = len(listed.stdout.split()) if listed.returncode == 0 else 0
             try:
                 lines = log_path.read_text(errors="replace").splitlines()
             except OSError:
@@ -210,7 +216,7 @@ def _go_build(module: str, binaries: list[Binary], say) -> float:
             downloads = sum(1 for ln in lines if ln.startswith("go: downloading"))
             compiled = sum(1 for ln in lines if ln and not ln.startswith("go: ") and " " not in ln.strip())
             say(f"sandbox build: {module}: {_fmt(time.monotonic() - start)} elapsed, "
-                f"{downloads} modules downloaded, {compiled} packages compiled")
+                f"{downloads} modules downloaded, {compiled}{f' of at most {total}' if total else ''} packages compiled")
 
     thread = threading.Thread(target=ticker, daemon=True)
     thread.start()
