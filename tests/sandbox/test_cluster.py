@@ -68,7 +68,7 @@ def namespace(sandbox):
             client.CoreV1Api(api).delete_namespace(name)
 
 
-def run_sandbox(sdir: Path, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_sandbox(sdir: Path, *args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sandbox", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "SANDBOX_DIR": str(sdir), **(env or {})}, check=False)
 
