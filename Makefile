@@ -33,7 +33,11 @@ test-unit: setup
 test-sandbox: setup
 	$(BIN)/pytest -m "sandbox and not long"
 
-test: lint test-unit test-sandbox
+# molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>)
+test-molecule: setup
+	$(BIN)/molecule test -s rollout
+
+test: lint test-unit test-sandbox test-molecule
 
 test-long: setup
 	$(BIN)/pytest -m long

@@ -115,7 +115,8 @@ summary:
     - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
       C(unchanged), C(planned), C(refused), C(succeeded), C(failed) (a gate failed, no rollback),
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
-      nodes, outcome and seconds; C(nodes) one row per selected Node; C(failed_nodes) with why;
+      nodes, outcome and seconds; C(nodes) one row per selected Node (C(from) the short digest its
+      pod ran at the start, C(to) now, C(pod), C(state) of its bcd node, C(outcome)); C(failed_nodes) with why;
       C(rollback); C(unhealthy) and C(incomplete) (status); timings in RFC 3339 and seconds.
   returned: always
   type: dict
@@ -251,7 +252,7 @@ class Rollout:
         if not pod_ready(pod):
             return f"pod {pname} not Ready ({pod_state(pod)})"
         if cp_node is None:
-            return "no bcd node in the control plane reports for it (not joined)"
+            return "no bcd node in the control plane reports for it (not joined: add-nodes.yml joins it)"
         if cp_node.get("state") not in NODE_STATES_REPORTING:
             bad = failing(cp_node)
             extra = f" ({'; '.join(f'{k}: {v}' for k, v in bad.items())})" if bad else ""
@@ -478,9 +479,10 @@ class Rollout:
                 timings["_stage"] = t0
                 record = {"name": stage["name"], "nodes": stage["nodes"], "started_at": _rfc3339(), "outcome": "running"}
                 stages_out.append(record)
+                current = self.pods(ds)
                 for node in stage["nodes"]:
                     stage_of[node] = stage["name"]
-                    pod = self.pods(ds).get(node)
+                    pod = current.get(node)
                     if pod is not None and pod_revision(pod) != revision:
                         self.delete_pod(pod)
                 rolled += stage["nodes"]
