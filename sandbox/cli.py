@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from kubernetes.client.rest import ApiException
 
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start the sandbox (idempotent); SANDBOX_NODES GPU nodes (default 3)")
     p_up.add_argument("--nodes", type=int, help="GPU nodes to ensure (overrides SANDBOX_NODES)")
+    p_at = sub.add_parser("attach", help="run KWOK nodes and the control-plane emulator on an existing cluster (kind)")
+    p_at.add_argument("--kubeconfig", required=True, help="an admin kubeconfig of the existing cluster")
+    p_at.add_argument("--nodes", type=int, help="GPU nodes to ensure (overrides SANDBOX_NODES)")
     sub.add_parser("down", help="stop every process the sandbox started and remove its directory")
     p_st = sub.add_parser("status", help="components, API health, nodes; exit 1 when not up")
     p_st.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -69,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.nodes is not None and args.nodes < 1:
                 parser.error("--nodes must be a positive integer")
             cluster.up(nodes=args.nodes)
+        elif args.cmd == "attach":
+            cluster.attach(None, Path(args.kubeconfig), nodes=args.nodes)
         elif args.cmd == "down":
             problems = cluster.down()
             for p in problems:

@@ -274,7 +274,8 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
         ]
     if name == "kwok":
         # WARN: at INFO KWOK logs every lease renewal (100 lines a second with 1000 nodes).
-        return [b["kwok"], f"--kubeconfig={p / 'kwok.kubeconfig'}", f"--config={KWOK_CONFIG}", "--v=WARN"]
+        kc = sdir / "kubeconfig" if state.get("external") else p / "kwok.kubeconfig"
+        return [b["kwok"], f"--kubeconfig={kc}", f"--config={KWOK_CONFIG}", "--v=WARN"]
     raise KeyError(name)
 
 
@@ -700,6 +701,47 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     return state
 
 
+def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None) -> dict[str, Any]:
+    """Run the sandbox's simulated part on an EXISTING cluster (for example a kind cluster).
+
+    Copies ``kubeconfig`` (an admin kubeconfig) to ``<dir>/kubeconfig``; starts only KWOK against
+    that cluster; creates the simulated GPU nodes, the RuntimeClass and the ClusterPolicy there;
+    starts the control-plane emulator whose join simulator watches that cluster. ``down`` stops
+    KWOK and the emulator (the simulated Node objects stay in the cluster; delete the cluster).
+    Idempotent. Used by the molecule scenario ``kind``.
+    """
+    sdir = Path(sdir or proc.sandbox_dir())
+    t0 = time.monotonic()
+    state = load_state(sdir)
+    if state is not None and not state.get("external"):
+        raise UsageError(f"sandbox: {sdir} holds a sandbox of its own; attach needs a directory of its own")
+    sdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(sdir, 0o700)
+    _write_private(sdir / "kubeconfig", Path(kubeconfig).read_text())
+    binaries = build.resolve(["kwok", "kubectl"], say=say)
+    gpu_nodes = nodes or requested_nodes() or (state or {}).get("gpu_nodes") or DEFAULT_NODES
+    state = {"version": 1, "external": True, "ports": {}, "binaries": {k: str(v) for k, v in binaries.items()},
+             "gpu_nodes": max(gpu_nodes, (state or {}).get("gpu_nodes", 0)), "dir": str(sdir)}
+    save_state(sdir, state)
+    since = datetime.datetime.now(datetime.UTC)
+    if _start("kwok", sdir, state):
+        say(f"sandbox: started kwok (pid {proc.pid_of(sdir, 'kwok')}) against {kubeconfig}")
+    else:
+        since = None
+    ensure_nodes(sdir, state["gpu_nodes"])
+    if since is not None:
+        wait_kwok_ready(sdir, since)
+    ensure_objects(sdir)
+    service = control_plane_service()
+    if service is None:
+        say(CONTROL_PLANE_MISSING)
+    else:
+        service.start(sdir, sdir / "kubeconfig")
+    say(f"sandbox: attached in {time.monotonic() - t0:.1f}s to the cluster of {kubeconfig}: {state['gpu_nodes']} "
+        f"simulated GPU node(s) and {len(CPU_NODES)} CPU node(s)")
+    return state
+
+
 def down(sdir: Path | None = None) -> list[str]:
     """Stop the control-plane emulator and every process the sandbox started, remove ``sdir``.
 
@@ -757,6 +799,8 @@ def status(sdir: Path | None = None) -> tuple[bool, dict[str, Any]]:
     if state is None:
         report["error"] = f"no sandbox at {sdir}"
         return False, report
+    if state.get("external"):
+        return _status_external(sdir, state, report)
     ok = True
     for name in COMPONENTS:
         pid = proc.pid_of(sdir, name)
@@ -787,6 +831,30 @@ def status(sdir: Path | None = None) -> tuple[bool, dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - shown in the report, and status exits non-zero
             report["control_plane"] = {"error": f"{type(exc).__name__}: {exc}"}
             ok = False
+    report["kubeconfig"] = str(sdir / "kubeconfig")
+    return ok, report
+
+
+def _status_external(sdir: Path, state: dict[str, Any], report: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """status() of an attached sandbox: KWOK, the external cluster's API, the nodes, the emulator."""
+    pid = proc.pid_of(sdir, "kwok")
+    report["components"]["kwok"] = {"running": pid is not None, "pid": pid}
+    report["external"] = True
+    ok = pid is not None
+    try:
+        with api_client(sdir) as api:
+            version = json.loads(api.call_api("GET", api.configuration.host + "/version").read()).get("gitVersion")
+        report["api"] = {"url": state.get("server"), "ready": True, "version": version}
+        nodes = list_nodes(sdir)
+        report["nodes"] = {"total": len(nodes), "ready": sum(n["ready"] for n in nodes),
+                           "gpu": sum(n["gpu"] for n in nodes), "cpu": sum(not n["gpu"] for n in nodes)}
+    except Exception as exc:  # noqa: BLE001 - shown in the report, and status exits non-zero
+        report["api"] = {"ready": False, "error": f"{type(exc).__name__}: {exc}"}
+        ok = False
+    service = control_plane_service()
+    if service is not None:
+        report["control_plane"] = service.status(sdir)
+        ok = ok and report["control_plane"].get("running", True) is not False
     report["kubeconfig"] = str(sdir / "kubeconfig")
     return ok, report
 
