@@ -35,6 +35,7 @@ test-sandbox: setup
 
 # molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>)
 test-molecule: setup
+	$(BIN)/molecule test -s default
 	$(BIN)/molecule test -s rollout
 
 test: lint test-unit test-sandbox test-molecule
