@@ -32,21 +32,22 @@ from pydantic import (
 )
 
 # --- rules shared by several variables ----------------------------------------------------
+# Patterns end in \Z, not $: $ also matches before a trailing newline ("bcd-system\n").
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 # registry/repo[:tag]@sha256:<64 hex>  (the registry part is optional, as for any image name)
 IMAGE_RE = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"@sha256:(?P<digest>[0-9a-f]{64})$"
+    r"@sha256:(?P<digest>[0-9a-f]{64})\Z"
 )
-REGISTRY_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)$")
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-DURATION_RE = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?$")
+REGISTRY_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)\Z")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z")
+DURATION_RE = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?\Z")
 
 # Host mounts (seed: Host mounts). Paths the kubelet-credential directories may not be: they
 # hold more than the kubelet's own certificates.
@@ -135,6 +136,9 @@ def check_label_value(v: str) -> str:
 def check_https_url(v: str, with_path: bool = True) -> str:
     if not isinstance(v, str):
         raise ValueError("must be an https:// URL")
+    if any(c.isspace() or not c.isprintable() for c in v):
+        # urlsplit drops tabs and line breaks and strips leading blanks: refuse them outright
+        raise ValueError(f"{_show(v)} must not contain spaces, line breaks or control characters")
     parts = urlsplit(v)
     if parts.scheme != "https":
         raise ValueError(f"{_show(v)} must be an https:// URL")
