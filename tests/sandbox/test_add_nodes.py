@@ -1,0 +1,89 @@
+"""add-nodes.yml against the sandbox: Nodes added after adoption join with a token for exactly them.
+
+add-nodes.yml is adopt-cluster.yml's play with adopt_mode=add-nodes: it counts the selected Nodes
+that do not report, mints one token for that many into the join Secret, never changes the
+DaemonSet, waits for the Nodes, then revokes the token and deletes the Secret (issue 7). The
+molecule scenario `rollout` runs it too, after a rollout.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.module_utils.bcd_cp import Client
+
+from tests.helpers import recap, run_playbook
+from tests.secrets_scan import find_in_text
+
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture(scope="module")
+def cpvars(sandbox):
+    return sandbox.control_plane_vars()
+
+
+@pytest.fixture(scope="module")
+def cp(cpvars):
+    return Client(cpvars["bcd_control_plane_url"], api_key=cpvars["bcd_api_key"], ca_file=cpvars["bcd_control_plane_ca_file"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def adopted(sandbox):
+    from sandbox.control_plane.admin import Admin
+
+    Admin.for_sandbox(sandbox.dir).clear_faults()
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+
+
+def tokens(cp, cpvars) -> dict[str, dict]:
+    return {t["id"]: t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
+
+
+def reporting(cp, cpvars) -> dict[str, str]:
+    return {n["hostname"]: n["state"] for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
+
+
+def daemonset(sandbox) -> dict:
+    return json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+
+
+def test_nothing_to_join_mints_nothing(sandbox, cp, cpvars):
+    before = tokens(cp, cpvars)
+    run = run_playbook("add-nodes.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert recap(run.stdout)["sandbox"]["changed"] == 0
+    assert "no token minted" in " ".join(run.stdout.split())
+    assert tokens(cp, cpvars) == before
+
+
+def test_two_new_nodes_join_with_a_token_for_exactly_two_then_it_is_revoked(sandbox, cp, cpvars):
+    before = tokens(cp, cpvars)
+    ds = daemonset(sandbox)
+    new = sandbox.add_nodes(2)
+    assert all(reporting(cp, cpvars).get(n) is None for n in new)
+
+    run = run_playbook("add-nodes.yml", "-vv")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, run.stdout[-4000:]
+
+    minted = {k: v for k, v in tokens(cp, cpvars).items() if k not in before}
+    assert len(minted) == 1, minted
+    (token,) = minted.values()
+    assert token["maxUses"] == 2 and token["uses"] == 2, token
+    assert token["revokedAt"], "revoked once the nodes joined"
+    assert token["description"].endswith("playbook=add-nodes")
+    gone = sandbox.kubectl("get", "secret", "-n", "bcd-system", "bcd-join", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr, "the join Secret is deleted"
+
+    states = reporting(cp, cpvars)
+    for name in sandbox.gpu_node_names():
+        assert states.get(name) in ("adopting", "ready"), (name, states.get(name))
+    after = daemonset(sandbox)
+    assert after["metadata"]["generation"] == ds["metadata"]["generation"], "add-nodes never changes the DaemonSet"
+    assert after["spec"]["template"] == ds["spec"]["template"]
+    n = len(sandbox.gpu_node_names())
+    assert f"{n} of {n} selected nodes report" in out
+    assert not find_in_text(out, [cpvars["bcd_api_key"]])

@@ -1,0 +1,209 @@
+"""rollout.yml against the sandbox: a real API server, KWOK nodes and the control-plane emulator.
+
+The molecule scenario `rollout` checks issue 7's acceptance end to end (a rollout, the same
+command again, a `dead…` digest rolled back, two runs at once, add-nodes.yml). These tests add
+what it does not: check mode, a refused digest, percentages, no secret in the output, the report,
+a failed rollout left as it is (`bcd_rollout_rollback: false`), the refusal that follows and the
+recovery with `bcd_rollout_force`, and a lock held by someone else (refused) or expired (taken
+over). They run in file order on one adopted cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from ansible.module_utils.bcd_cp import Client
+
+from tests.helpers import recap, run_playbook
+from tests.secrets_scan import find_in_text
+
+pytestmark = pytest.mark.sandbox
+
+REPO = "registry.example.com/better-compute/bcd"
+GOOD = [f"{REPO}:0.2.0@sha256:{'b2' * 32}", f"{REPO}:0.3.0@sha256:{'c3' * 32}", f"{REPO}:0.4.0@sha256:{'d4' * 32}"]
+DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"
+LEASE = "bcd-ansible-lock"
+
+
+@pytest.fixture(scope="module")
+def cpvars(sandbox):
+    return sandbox.control_plane_vars()
+
+
+@pytest.fixture(scope="module")
+def cp(cpvars):
+    return Client(cpvars["bcd_control_plane_url"], api_key=cpvars["bcd_api_key"], ca_file=cpvars["bcd_control_plane_ca_file"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def adopted(sandbox):
+    """Start from an adopted cluster on the inventory's digest, every node reporting."""
+    from sandbox.control_plane.admin import Admin
+
+    Admin.for_sandbox(sandbox.dir).clear_faults()
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+
+
+def kget(sandbox, *args) -> dict:
+    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
+
+
+def daemonset(sandbox) -> dict:
+    return kget(sandbox, "daemonset", "-n", "bcd-system", "bcd")
+
+
+def pods(sandbox) -> dict[str, dict]:
+    items = kget(sandbox, "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd")["items"]
+    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def image(pod: dict) -> str:
+    return pod["spec"]["containers"][0]["image"]
+
+
+def gpu_nodes(sandbox) -> list[str]:
+    return sandbox.gpu_node_names()
+
+
+def reporting(cp, cpvars) -> dict[str, str]:
+    return {n["hostname"]: n["state"] for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
+
+
+def token_count(cp, cpvars) -> int:
+    return len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
+
+
+def rollout(*args: str, report=None):
+    extra = ["-e", f"bcd_report_out={report}"] if report else []
+    return run_playbook("rollout.yml", *extra, *args)
+
+
+def assert_fleet_on(sandbox, cp, cpvars, want: str) -> None:
+    nodes = gpu_nodes(sandbox)
+    running = pods(sandbox)
+    assert sorted(running) == nodes
+    assert {n: (image(p), ready(p)) for n, p in running.items()} == {n: (want, True) for n in nodes}
+    states = reporting(cp, cpvars)
+    assert all(states.get(n) in ("adopting", "ready") for n in nodes), states
+
+
+def test_a_digest_that_is_not_one_is_refused_before_any_call(sandbox):
+    rv = daemonset(sandbox)["metadata"]["resourceVersion"]
+    run = rollout("-e", f"bcd_image={REPO}@sha256:1234")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "INVALID_CONFIG: bcd_image" in out and "Traceback" not in out
+    assert daemonset(sandbox)["metadata"]["resourceVersion"] == rv
+
+
+def test_check_mode_shows_the_diff_and_the_plan_and_changes_nothing(sandbox):
+    before = daemonset(sandbox)
+    run = rollout("--check", "-e", f"bcd_image={GOOD[0]}")
+    assert run.returncode == 0, run.stdout[-3000:]
+    out = " ".join(run.stdout.split())
+    assert f"+ - image: {GOOD[0]}" in out, out[-3000:]
+    assert "canary" in out and "will roll" in out
+    after = daemonset(sandbox)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode != 0, "no lock left"
+
+
+def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(sandbox, cp, cpvars, tmp_path):
+    nodes = gpu_nodes(sandbox)
+    tokens = token_count(cp, cpvars)
+    report = tmp_path / "rollout.json"
+    run = rollout("-e", f"bcd_image={GOOD[0]}", "-e", "bcd_rollout_max_unavailable=50%", "-vv", report=report)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert_fleet_on(sandbox, cp, cpvars, GOOD[0])
+    assert token_count(cp, cpvars) == tokens, "a rollout mints no token"
+    assert daemonset(sandbox)["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+
+    summary = json.loads(report.read_text())
+    assert summary["result"] == "succeeded"
+    assert summary["to"]["image"] == GOOD[0] and summary["to"]["digest"] == GOOD[0].split("@")[1]
+    half = -(-(len(nodes)) // 2)  # 50% of the selected nodes, rounded up
+    expected = [nodes[:1]] + [nodes[1:][i:i + half] for i in range(0, len(nodes) - 1, half)]
+    assert [s["nodes"] for s in summary["stages"]] == expected
+    assert [s["name"] for s in summary["stages"]] == ["canary"] + [f"batch {i + 1}" for i in range(len(expected) - 1)]
+    assert all(s["outcome"] == "passed" for s in summary["stages"])
+    assert {r["name"] for r in summary["nodes"]} == set(nodes)
+    assert not find_in_text(out + report.read_text(), [cpvars["bcd_api_key"]]), "the API key leaked"
+
+    again = rollout("-e", f"bcd_image={GOOD[0]}", "-e", "bcd_rollout_max_unavailable=50%")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert recap(again.stdout)["sandbox"]["changed"] == 0
+    assert "and healthy: nothing to do" in " ".join(again.stdout.split())
+    assert token_count(cp, cpvars) == tokens
+
+
+def test_without_rollback_a_failed_canary_stays_and_the_next_run_refuses_until_forced(sandbox, cp, cpvars, tmp_path):
+    nodes = gpu_nodes(sandbox)
+    report = tmp_path / "failed.json"
+    run = rollout("-e", f"bcd_image={DEAD}", "-e", "bcd_rollout_rollback=false", "-e", "bcd_rollout_gate_timeout=8",
+                  report=report)
+    assert run.returncode != 0
+    summary = json.loads(report.read_text())
+    canary = nodes[0]
+    assert summary["result"] == "failed" and summary["rollback"] is None
+    assert [f["node"] for f in summary["failed_nodes"]] == [canary]
+    assert "OnDelete" in summary["headline"] and any("NOT ROLLED BACK" in n for n in summary["notes"])
+    ds = daemonset(sandbox)
+    assert ds["spec"]["updateStrategy"]["type"] == "OnDelete", "nothing else rolls"
+    running = pods(sandbox)
+    assert image(running[canary]) == DEAD and not ready(running[canary])
+    assert all(image(running[n]) == GOOD[0] and ready(running[n]) for n in nodes[1:])
+
+    # the next scheduled run must not take the fleet further down: it refuses, naming the canary
+    refused = rollout("-e", f"bcd_image={GOOD[1]}", report=tmp_path / "refused.json")
+    out = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0
+    assert f"{canary}: pod" in out and "not Ready" in out and "incomplete" in out
+    assert json.loads((tmp_path / "refused.json").read_text())["result"] == "refused"
+    assert image(pods(sandbox)[nodes[1]]) == GOOD[0], "nothing changed"
+
+    # an operator recovers by rolling to a digest they trust, forced
+    forced = rollout("-e", f"bcd_image={GOOD[1]}", "-e", "bcd_rollout_force=true", "-e", "bcd_rollout_max_unavailable=100%")
+    assert forced.returncode == 0, forced.stdout[-4000:]
+    assert_fleet_on(sandbox, cp, cpvars, GOOD[1])
+    assert daemonset(sandbox)["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+
+
+def lease(sandbox, holder: str, renewed: dt.datetime, seconds: int = 600) -> None:
+    stamp = renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    doc = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEASE, "namespace": "bcd-system"},
+           "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds, "acquireTime": stamp, "renewTime": stamp}}
+    sandbox.kubectl("delete", "lease", "-n", "bcd-system", LEASE, "--ignore-not-found")
+    sandbox.kubectl("create", "-f", "-", input=json.dumps(doc))
+
+
+def test_a_lock_held_elsewhere_refuses_at_once_and_an_expired_one_is_taken_over(sandbox, cp, cpvars, tmp_path):
+    now = dt.datetime.now(dt.UTC)
+    holder = "ops@scheduler-2 pid=4242 run=20260101T000000Z-1"
+    lease(sandbox, holder, now)
+    try:
+        run = rollout("-e", f"bcd_image={GOOD[2]}", report=tmp_path / "locked.json")
+        out = " ".join((run.stdout + run.stderr).split())
+        assert run.returncode != 0
+        assert f"locked by {holder}" in out
+        summary = json.loads((tmp_path / "locked.json").read_text())
+        assert summary["result"] == "locked" and summary["holder"] == holder
+        assert kget(sandbox, "lease", "-n", "bcd-system", LEASE)["spec"]["holderIdentity"] == holder, "not touched"
+        assert image(next(iter(pods(sandbox).values()))) == GOOD[1], "nothing rolled"
+
+        lease(sandbox, holder, now - dt.timedelta(hours=2))
+        taken = rollout("-e", f"bcd_image={GOOD[2]}", "-e", "bcd_rollout_canary=0", "-e", "bcd_rollout_max_unavailable=100%")
+        assert taken.returncode == 0, taken.stdout[-4000:]
+        assert f"took over Lease bcd-system/{LEASE} from {holder}" in " ".join((taken.stdout + taken.stderr).split())
+        assert_fleet_on(sandbox, cp, cpvars, GOOD[2])
+        assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode != 0, "released"
+    finally:
+        sandbox.kubectl("delete", "lease", "-n", "bcd-system", LEASE, "--ignore-not-found")
