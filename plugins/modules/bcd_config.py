@@ -16,10 +16,6 @@ description:
     private part) and unknown C(bcd_*) variables, with one C(INVALID_CONFIG:) line per problem
     that names the variable path and the rule. Changes nothing, calls nothing.
 options:
-  config:
-    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
-    type: dict
-    required: true
   required:
     description:
       - Variables this playbook needs beyond the model's own required ones (for example
@@ -34,6 +30,8 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - bcd
 attributes:
   check_mode:
     support: full

@@ -20,21 +20,15 @@ description:
   - Changes nothing. Retryable failures (429, 502, 503, 504, connection errors) are retried
     with backoff and jitter, honouring Retry-After, within C(bcd_control_plane_timeout).
 options:
-  config:
-    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
-    type: dict
-    required: true
-  api_key:
-    description:
-      - The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY) from the
-        environment. Never returned or logged.
-    type: str
   nodes:
     description:
       - Kubernetes Node names whose bcd nodes to look up (hostname = Node name). Omit to
         list no nodes.
     type: list
     elements: str
+extends_documentation_fragment:
+  - bcd
+  - bcd.control_plane
 attributes:
   check_mode:
     support: full

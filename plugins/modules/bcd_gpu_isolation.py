@@ -265,16 +265,13 @@ from ansible.module_utils.bcd_gpu_isolation import (
     table,
     verify_node_root,
 )
+from ansible.module_utils.bcd_kube import Kube, KubeError, api_client
 
 VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
     "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
 )
 SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
-
-
-class KubeFailure(Exception):
-    pass
 
 
 def _settings(module) -> dict:
@@ -339,90 +336,23 @@ def _gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
 
 # --- Kubernetes ------------------------------------------------------------------------------
 
-def _client(kubeconfig, context):
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig, context=context)
-        try:
-            return config.new_client_from_config(context=context)
-        except ConfigException:
-            config.load_incluster_config()
-            return client.ApiClient()
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
-        raise KubeFailure(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {exc}") from None
-
-
-def _describe(what: str, exc: Exception) -> str:
-    import json
-
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(exc, ApiException):
-        message = exc.reason
-        try:
-            message = json.loads(exc.body).get("message", message)
-        except (TypeError, ValueError, AttributeError):
-            pass
-        return f"{what}: Kubernetes API {exc.status}: {message}"
-    return f"{what}: cannot reach the Kubernetes API: {exc}"
-
-
-def _call(what: str, fn, *args, **kwargs):
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        return fn(*args, **kwargs)
-    except (ApiException, HTTPError, OSError) as exc:
-        raise KubeFailure(_describe(what, exc)) from None
-
-
-def _pages(what: str, fn, *args, **kwargs) -> list:
-    """Every item of a list call (typed or custom objects), following ``continue`` tokens."""
-    items, token = [], None
-    while True:
-        extra = {"_continue": token} if token else {}
-        page = _call(what, fn, *args, limit=500, **extra, **kwargs)
-        if isinstance(page, dict):
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-        else:
-            items.extend(page.items)
-            token = page.metadata._continue
-        if not token:
-            return items
-
-
-def _read_cluster(api, label_selector: str) -> dict:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    nodes = [api.sanitize_for_serialization(n) for n in _pages("list Nodes", core.list_node, label_selector=label_selector)]
-    groups = _call("API discovery", client.ApisApi(api).get_api_versions)
-    served = {g.name: {v.version for v in g.versions} for g in groups.groups or []}
+def _read_cluster(kube: Kube, label_selector: str) -> dict:
+    """Nodes (selected), ResourceSlices (the first served of v1, v1beta2, v1beta1) and
+    ClusterPolicies, as JSON. Any API error raises KubeError: an error is never "no findings"."""
+    nodes = kube.list("/api/v1/nodes", {"labelSelector": label_selector or None})
+    groups = kube.request("GET", "/apis") or {}
+    served = {g["name"]: {v["version"] for v in g.get("versions") or []} for g in groups.get("groups") or []}
     slice_api = next((v for v in SLICE_VERSIONS if v in served.get("resource.k8s.io", set())), None)
     slices = None
     if slice_api:
-        slices = _pages(
-            f"list ResourceSlices (resource.k8s.io/{slice_api})",
-            custom.list_cluster_custom_object, "resource.k8s.io", slice_api, "resourceslices",
-        )
+        slices = kube.list(f"/apis/resource.k8s.io/{slice_api}/resourceslices")
     policies = None
     if "v1" in served.get("nvidia.com", set()):
         try:
-            policies = custom.list_cluster_custom_object("nvidia.com", "v1", "clusterpolicies")
-            policies = policies.get("items") or []
-        except ApiException as exc:
+            policies = kube.list("/apis/nvidia.com/v1/clusterpolicies")
+        except KubeError as exc:
             if exc.status != 404:  # nvidia.com/v1 without ClusterPolicy: no GPU operator
-                raise KubeFailure(_describe("list ClusterPolicies (nvidia.com/v1)", exc)) from None
-            policies = None
-        except Exception as exc:  # noqa: BLE001 - any transport failure is an error, never "no findings"
-            raise KubeFailure(_describe("list ClusterPolicies (nvidia.com/v1)", exc)) from None
+                raise
     return {"nodes": nodes, "slices": slices, "slice_api": slice_api, "policies": policies}
 
 
@@ -477,9 +407,8 @@ def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
 def run_cluster(module) -> None:
     settings = _settings(module)
     try:
-        api = _client(settings["kubeconfig"], settings["kube_context"])
-        cluster = _read_cluster(api, settings["label_selector"])
-    except KubeFailure as exc:
+        cluster = _read_cluster(Kube(api_client(settings["kubeconfig"], settings["kube_context"])), settings["label_selector"])
+    except KubeError as exc:
         module.fail_json(msg=f"GPU isolation check: {exc}")
         return
     files, names = _node_files(module, settings)

@@ -24,19 +24,6 @@ description:
   - Control-plane calls retry 429, 502, 503, 504 and connection failures with backoff and jitter,
     honouring Retry-After, within C(bcd_control_plane_timeout).
 options:
-  config:
-    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
-    type: dict
-    required: true
-  api_key:
-    description: The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY).
-    type: str
-  kubeconfig:
-    description: Kubeconfig of the cluster (else C(bcd_kubeconfig), else the default loading rules).
-    type: path
-  context:
-    description: Kubeconfig context (else C(bcd_kube_context)).
-    type: str
   state:
     description: C(present) mints and writes the Secret; C(absent) revokes and deletes it.
     type: str
@@ -66,6 +53,10 @@ options:
     description: With C(state=absent), also delete the join-token Secret when bcd-ansible made it.
     type: bool
     default: true
+extends_documentation_fragment:
+  - bcd
+  - bcd.control_plane
+  - bcd.cluster
 attributes:
   check_mode:
     support: full

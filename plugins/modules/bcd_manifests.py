@@ -21,11 +21,6 @@ description:
   - Invalid input fails before anything is written, with one C(INVALID_CONFIG:) line per problem
     naming the variable and the rule.
 options:
-  config:
-    description:
-      - The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
-    type: dict
-    required: true
   template:
     description:
       - Path of the C(config.toml) Jinja2 template (C(templates/config.toml.j2)).
@@ -49,6 +44,8 @@ options:
       - An existing file is refused, unless it already holds exactly this render (then
         nothing changes).
     type: path
+extends_documentation_fragment:
+  - bcd
 attributes:
   check_mode:
     support: full

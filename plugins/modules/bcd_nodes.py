@@ -21,19 +21,6 @@ description:
     each Node that did not report and why.
   - Read-only.
 options:
-  config:
-    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
-    type: dict
-    required: true
-  api_key:
-    description: The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY).
-    type: str
-  kubeconfig:
-    description: Kubeconfig of the cluster (else C(bcd_kubeconfig)).
-    type: path
-  context:
-    description: Kubeconfig context (else C(bcd_kube_context)).
-    type: str
   diagnose:
     description: Say why each Node that does not report does not.
     type: bool
@@ -49,6 +36,10 @@ options:
     description: With O(wait), seconds between polls.
     type: float
     default: 3
+extends_documentation_fragment:
+  - bcd
+  - bcd.control_plane
+  - bcd.cluster
 attributes:
   check_mode:
     support: full

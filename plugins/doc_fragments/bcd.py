@@ -1,0 +1,42 @@
+"""Documentation shared by bcd-ansible's modules (``extends_documentation_fragment: [bcd...]``)."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # The inventory: every bcd_* variable, validated by the one model.
+    DOCUMENTATION = r"""
+options:
+  config:
+    description:
+      - The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them; validated with the
+        inventory model (C(plugins/module_utils/bcd_model.py)). A problem fails the module with
+        one C(INVALID_CONFIG) line per problem, before anything is called or changed.
+    type: dict
+    required: true
+"""
+
+    # Modules that call the control plane.
+    CONTROL_PLANE = r"""
+options:
+  api_key:
+    description:
+      - The control-plane API key (C(bcd_api_key), vaulted); else C(BETTER_COMPUTE_API_KEY) from the
+        environment. Never returned or logged; a task passing it has C(no_log).
+    type: str
+notes:
+  - Control-plane calls retry 429, 502, 503, 504 and connection failures with exponential backoff
+    and full jitter, honouring Retry-After, within C(bcd_control_plane_timeout); the server
+    certificate is always verified (system trust store or C(bcd_control_plane_ca_file)).
+"""
+
+    # Modules that call the cluster's API server themselves.
+    CLUSTER = r"""
+options:
+  kubeconfig:
+    description: Kubeconfig of the cluster (else C(bcd_kubeconfig), else C($KUBECONFIG) or C(~/.kube/config)).
+    type: path
+  context:
+    description: Kubeconfig context (else C(bcd_kube_context), else the current one).
+    type: str
+"""
