@@ -11,7 +11,10 @@ description:
   - Every bcd-ansible module takes this mapping as its C(config) option and validates it with the
     one inventory model (plugins/module_utils/bcd_model.py), so a typo in a variable name is
     refused instead of ignored.
-  - Secrets are left out (C(bcd_api_key)); pass them in their own no_log option. Internal
+  - Secrets are left out (C(bcd_api_key)); pass them in their own no_log option. A C(bcd_api_key)
+    that is not a string (never a usable key) is passed in the mapping instead, so the model
+    refuses it (INVALID_CONFIG) before any module can send it as a key; only an empty value of
+    its type is passed (C(0), C([]), C({})), never its content. Internal
     variables of the role C(bcd_daemonset) (prefix C(bcd_daemonset_)) are left out too.
 options: {}
 """
@@ -35,10 +38,18 @@ from ansible.plugins.lookup import LookupBase
 
 INCLUDE = re.compile(r"^bcd_")
 EXCLUDE = re.compile(r"^(bcd_api_key|bcd_daemonset_.*)$")
+SECRET = "bcd_api_key"  # noqa: S105 - a variable name
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        names = sorted(n for n in (variables or {}) if INCLUDE.match(n) and not EXCLUDE.match(n))
+        variables = variables or {}
+        names = sorted(n for n in variables if INCLUDE.match(n) and not EXCLUDE.match(n))
         values = self._templar.template([variables[n] for n in names])
-        return [dict(zip(names, values, strict=True))]
+        out = dict(zip(names, values, strict=True))
+        if SECRET in variables:
+            key = self._templar.template(variables[SECRET])
+            if key is not None and not isinstance(key, str):
+                # Not a usable key: the model refuses an empty value of its type (never its content).
+                out[SECRET] = next((t() for t in (bool, int, float, list, dict) if type(key) is t), 0)
+        return [out]
