@@ -36,19 +36,6 @@ description:
   - Mints no token (a joined node keeps its identity on the host; seed 000, What you get).
   - Returns a machine-readable RV(summary) and a printed RV(table); never a secret.
 options:
-  config:
-    description: The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them.
-    type: dict
-    required: true
-  api_key:
-    description: The control-plane API key (C(bcd_api_key)); else C(BETTER_COMPUTE_API_KEY).
-    type: str
-  kubeconfig:
-    description: Kubeconfig of the cluster (else C(bcd_kubeconfig)).
-    type: path
-  context:
-    description: Kubeconfig context (else C(bcd_kube_context)).
-    type: str
   state:
     description: C(status) reads and plans; C(run) rolls.
     type: str
@@ -78,6 +65,10 @@ options:
     description: Seconds between polls while waiting.
     type: float
     default: 2
+extends_documentation_fragment:
+  - bcd
+  - bcd.control_plane
+  - bcd.cluster
 attributes:
   check_mode:
     support: partial
