@@ -24,6 +24,10 @@ import urllib.request
 from urllib.parse import urlsplit
 
 RETRYABLE_STATUS = (429, 502, 503, 504)
+# A connection the server (or something on the way) closed during or right after the TLS
+# handshake is a connection failure, retried like a refused one; a certificate or protocol the
+# client refuses is not.
+DROPPED = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 NODE_STATES_REPORTING = ("adopting", "ready", "draining")
 USER_AGENT = "bcd-ansible/0.1 (+control-plane-api.md)"
 
@@ -106,6 +110,9 @@ class Client:
         except ssl.SSLCertVerificationError as exc:
             raise ControlPlaneError("TLS", f"the server's certificate is not trusted ({exc.verify_message}); "
                                     "set bcd_control_plane_ca_file to the CA that signed it", procedure=procedure) from None
+        except DROPPED as exc:
+            raise ControlPlaneError("UNREACHABLE", f"{urlsplit(self.base).netloc} closed the connection ({exc.reason or exc})",
+                                    procedure=procedure) from None
         except ssl.SSLError as exc:
             raise ControlPlaneError("TLS", f"TLS handshake failed ({exc.reason})", procedure=procedure) from None
         except urllib.error.URLError as exc:
@@ -113,6 +120,9 @@ class Client:
             if isinstance(reason, ssl.SSLCertVerificationError):
                 raise ControlPlaneError("TLS", f"the server's certificate is not trusted ({reason.verify_message}); "
                                         "set bcd_control_plane_ca_file to the CA that signed it", procedure=procedure) from None
+            if isinstance(reason, DROPPED):
+                raise ControlPlaneError("UNREACHABLE", f"{urlsplit(self.base).netloc} closed the connection "
+                                        f"({reason.reason or reason})", procedure=procedure) from None
             if isinstance(reason, ssl.SSLError):
                 raise ControlPlaneError("TLS", f"TLS handshake failed ({reason.reason})", procedure=procedure) from None
             raise ControlPlaneError("UNREACHABLE", f"cannot reach {urlsplit(self.base).netloc}: {reason}", procedure=procedure) from None

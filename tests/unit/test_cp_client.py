@@ -183,6 +183,42 @@ def test_connection_refused_is_retried_then_reported(server):
     assert info.value.code == "UNREACHABLE" and info.value.attempts > 1
 
 
+def test_a_connection_closed_at_the_tls_handshake_is_retried(tmp_path):
+    """A server that drops connections during the handshake (restarting, behind a load balancer)
+    is unreachable for a while, not untrusted: retried, then answered."""
+    import socket
+
+    ca_file, cert_file = _ca_and_cert(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert_file)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    dropped = []
+
+    def serve():
+        while True:
+            conn, _ = srv.accept()
+            if len(dropped) < 2:
+                dropped.append(1)
+                conn.close()
+                continue
+            with ctx.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(65536)
+                body = b'{"id": "p"}'
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                            b"Connection: close\r\n\r\n%s" % (len(body), body))
+            return
+
+    threading.Thread(target=serve, daemon=True).start()
+    t = FakeTime()
+    client = Client(f"https://127.0.0.1:{srv.getsockname()[1]}/compute", api_key="k", ca_file=ca_file, retry_budget=30,
+                    sleep=t.sleep, clock=t.clock)
+    assert client.get_pool("t", "p") == {"id": "p"}
+    assert len(dropped) == 2 and len(t.sleeps) == 2
+    srv.close()
+
+
 def test_http_is_refused_before_any_call():
     with pytest.raises(ControlPlaneError) as info:
         Client("http://127.0.0.1:1/compute", api_key="k")
