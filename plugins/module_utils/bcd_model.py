@@ -14,6 +14,7 @@ message.
 from __future__ import annotations
 
 import difflib
+import os
 import posixpath
 import re
 from typing import Annotated, Any, Literal
@@ -592,9 +593,10 @@ class Inventory(BaseModel):
     @field_validator("bcd_control_plane_ca_file", "bcd_kubeconfig", "bcd_render_out", "bcd_join_secret_out", "bcd_report_out", "bcd_node_root")
     @classmethod
     def _local_path(cls, v: str | None) -> str | None:
+        """A path on the machine that runs the playbook; ``~`` is the user's home, as Ansible's ``path`` type says."""
         if v is not None and (not isinstance(v, str) or not v.strip() or "\0" in v):
             raise ValueError("must be a file path")
-        return v
+        return None if v is None else os.path.expanduser(v)
 
     @field_validator("bcd_node_roots", mode="before")
     @classmethod
