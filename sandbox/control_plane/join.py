@@ -57,6 +57,8 @@ NODE_ID_LABEL = "bcd.dev/node-id"
 EVENT_REFUSED = "BcdJoinRefused"
 EVENT_JOINED = "BcdJoined"
 MAX_TOKEN = 4096
+# The User-Agent of the join simulator's Kubernetes requests (bench/ leaves them out of its counts).
+USER_AGENT = "bcd-control-plane-emulator"
 
 
 @dataclass
@@ -192,7 +194,11 @@ class JoinSimulator:
         while not self.stopping.is_set():
             try:
                 if self.core is None:
-                    self.core = client.CoreV1Api(config.new_client_from_config(config_file=self.kubeconfig))
+                    api = config.new_client_from_config(config_file=self.kubeconfig)
+                    # Its own User-Agent, so the audit log tells the emulator's requests from the
+                    # playbooks' (make bench counts those).
+                    api.user_agent = USER_AGENT
+                    self.core = client.CoreV1Api(api)
                 resp = self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=30)
                 doc = json.loads(resp.data)
                 with self.lock:
