@@ -14,6 +14,9 @@ if str(MODULE_UTILS) not in ansible.module_utils.__path__:
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The reliability report (issue 8): the `reliability` fixture, and docs/reliability.md at the end.
+pytest_plugins = ["tests.reliability.plugin"]
+
 
 # --- sandbox fixture (issue 3) -------------------------------------------------------------------
 import os  # noqa: E402

@@ -1,0 +1,70 @@
+"""Fixtures of the reliability scenarios: the sandbox as a `World`, a playbook `Runner`, and a
+known starting point for each scenario (`ready`).
+
+The scenarios share the session's sandbox with tests/sandbox. Each starts from an adopted
+cluster with nothing left over (no fault, every GPU node reporting, the DaemonSet as the
+inventory renders it, no unrevoked token of this cluster, no join-token Secret, no lock), which
+`ready` arranges with an ordinary adopt-cluster.yml run when needed; after the scenario it
+clears the faults and brings a stopped API server back. When the package ends, the cluster is
+put back as a fresh sandbox has it (no bcd namespace, no node known to the control plane), for
+the tests that follow.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.reliability.harness import EXTRA_NODE_LABEL, Runner, World, apiserver_up, baseline_ok
+
+
+@pytest.fixture(scope="package")
+def world(sandbox):
+    w = World(sandbox)
+    w.admin.clear_faults()
+    yield w
+    _fresh(w)
+
+
+def _fresh(w: World) -> None:
+    """Back to a fresh sandbox for the tests after this package: no faults, no extra Node, no
+    bcd namespace, no node known to the control plane, no unrevoked token of this cluster."""
+    from kubernetes.client.rest import ApiException
+
+    w.admin.clear_faults()
+    for node in w.core.list_node(label_selector=EXTRA_NODE_LABEL).items:
+        w.core.delete_node(node.metadata.name)
+    for tok in w.unrevoked():
+        w.cp.revoke_token(w.vars["bcd_tenant"], tok["id"])
+    try:
+        w.core.delete_namespace(w.namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    w.wait(lambda: not w.namespace_exists(), timeout=180, why="the bcd namespace to go")
+    w.admin.forget_nodes()
+
+
+@pytest.fixture
+def ready(sandbox, world):
+    """An adopted cluster with nothing left over; afterwards, no faults and the API server up."""
+    from sandbox import cluster
+
+    if not cluster.status(sandbox.dir)[0]:
+        apiserver_up(sandbox)
+    world.admin.clear_faults()
+    ok, why = baseline_ok(world)
+    if not ok:
+        run = Runner().run("adopt-cluster.yml")
+        assert run.returncode == 0, f"setting up the scenario ({why}): adopt-cluster.yml failed:\n{run.tail()}"
+        ok, why = baseline_ok(world)
+        assert ok, f"setting up the scenario: {why}"
+    world.admin.reset_counters()
+    yield world
+    world.admin.clear_faults()
+    if not cluster.status(sandbox.dir)[0]:
+        apiserver_up(sandbox)
+
+
+@pytest.fixture
+def runner(reliability):
+    return Runner(reliability)
