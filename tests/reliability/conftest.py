@@ -44,25 +44,35 @@ def _fresh(w: World) -> None:
     w.admin.forget_nodes()
 
 
-@pytest.fixture
-def ready(sandbox, world):
-    """An adopted cluster with nothing left over; afterwards, no faults and the API server up."""
+def _ready(sandbox, world, image: bool):
     from sandbox import cluster
 
     if not cluster.status(sandbox.dir)[0]:
         apiserver_up(sandbox)
     world.admin.clear_faults()
-    ok, why = baseline_ok(world)
+    ok, why = baseline_ok(world, image=image)
     if not ok:
         run = Runner().run("adopt-cluster.yml")
         assert run.returncode == 0, f"setting up the scenario ({why}): adopt-cluster.yml failed:\n{run.tail()}"
-        ok, why = baseline_ok(world)
+        ok, why = baseline_ok(world, image=image)
         assert ok, f"setting up the scenario: {why}"
     world.admin.reset_counters()
     yield world
     world.admin.clear_faults()
     if not cluster.status(sandbox.dir)[0]:
         apiserver_up(sandbox)
+
+
+@pytest.fixture
+def ready(sandbox, world):
+    """An adopted cluster with nothing left over; afterwards, no faults and the API server up."""
+    yield from _ready(sandbox, world, image=True)
+
+
+@pytest.fixture
+def ready_any_image(sandbox, world):
+    """As ``ready``, but the DaemonSet may run another image (rollout.yml scenarios)."""
+    yield from _ready(sandbox, world, image=False)
 
 
 @pytest.fixture

@@ -411,10 +411,12 @@ def daemonset_image(w: World) -> str | None:
     return items[0].spec.template.spec.containers[0].image if items else None
 
 
-def baseline_ok(w: World) -> tuple[bool, str]:
+def baseline_ok(w: World, image: bool = True) -> tuple[bool, str]:
+    """Whether the cluster is adopted with nothing left over (and, with ``image``, the DaemonSet
+    runs the inventory's image); else why not."""
     if not w.namespace_exists():
         return False, "not adopted yet"
-    if daemonset_image(w) != INVENTORY_IMAGE:
+    if image and daemonset_image(w) != INVENTORY_IMAGE:
         return False, f"DaemonSet image {daemonset_image(w)}"
     if not w.all_joined():
         return False, "not every GPU node reports"
