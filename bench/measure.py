@@ -1,0 +1,132 @@
+"""Run one command and measure it: wall time and the peak memory of its process tree.
+
+Memory is sampled from /proc every ``interval`` seconds over the command and all its
+descendants (ansible-playbook forks a worker per task, which runs the module in its own
+Python): the peak of the tree's summed RSS (resident pages, shared pages counted once per
+process, so an upper bound) and of its summed PSS (proportional set size: shared pages divided
+among the processes sharing them, so what the tree really holds). Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class Measured:
+    """What :func:`run` measured. ``seconds`` wall time; memory in MiB; ``load`` the 1-minute
+    load average at the start and the end."""
+
+    argv: list[str]
+    returncode: int
+    seconds: float
+    peak_rss_mb: float
+    peak_pss_mb: float
+    stdout: str
+    stderr: str
+    load: tuple[float, float] = (0.0, 0.0)
+    samples: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid -> pids, from /proc/<pid>/stat."""
+    out: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may hold spaces and parentheses: split after the last ')'
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(entry.name))
+    return out
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and every descendant alive now."""
+    kids = _children()
+    seen, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        seen.append(pid)
+        todo.extend(kids.get(pid, []))
+    return seen
+
+
+def _memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of ``pid`` in bytes; (0, 0) when it is gone."""
+    rss = pss = 0
+    try:
+        rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss, pss
+
+
+class TreeSampler(threading.Thread):
+    """Samples the memory of the process tree under ``pid`` until :meth:`stop`."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        super().__init__(daemon=True, name=f"sampler-{pid}")
+        self.pid = pid
+        self.interval = interval
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def sample(self) -> None:
+        rss = pss = 0
+        for pid in tree(self.pid):
+            r, p = _memory(pid)
+            rss += r
+            pss += p
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
+        self.samples += 1
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Path | None = None) -> Measured:
+    """Run ``argv``; measure it. Output is captured (and written to ``log`` when given)."""
+    load0 = os.getloadavg()[0]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        stderr += f"\nbench: killed after {timeout:g}s"
+    seconds = time.monotonic() - started
+    sampler.stop()
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode} after {seconds:.1f}s\n{stdout}\n--- stderr\n{stderr}")
+    return Measured(argv=argv, returncode=proc.returncode, seconds=seconds, peak_rss_mb=sampler.peak_rss / 2**20,
+                    peak_pss_mb=sampler.peak_pss / 2**20, stdout=stdout, stderr=stderr,
+                    load=(load0, os.getloadavg()[0]), samples=sampler.samples)

@@ -1,0 +1,451 @@
+"""make bench: our playbooks against the floor, side by side, on the sandbox.
+
+For each size in ``BENCH_NODES`` (default ``10 100 1000``) it brings the bench's own sandbox up
+(``BENCH_SANDBOX_DIR``, default ``<repo>/.sandbox-bench``, with the audit log on) at that many
+GPU nodes (growing it between sizes) and measures, ``BENCH_RUNS`` times each (default 3),
+ours and the floor in turn:
+
+- render:  ``render.yml`` against ``bench/floor/render.sh`` (the same renderer without Ansible);
+- adopt:   ``adopt-cluster.yml`` against ``bench/floor/adopt.sh`` (kubectl apply of the same
+  rendered manifests and the Secret, rollout status, nodes.list polled with curl, revoke);
+  before each run the bcd namespace is deleted (waited until gone) and the control-plane
+  emulator forgets the nodes, so every run adopts the whole cluster;
+- rollout: ``rollout.yml`` to a new digest against ``bench/floor/rollout.sh`` (kubectl set image,
+  rollout status), both with maxUnavailable ``BENCH_MAX_UNAVAILABLE`` (default 10%).
+
+Per run: wall time, the peak memory of the process tree (/proc), the control-plane requests
+(the emulator's counters) and the Kubernetes API requests (the audit log; the emulator's own
+requests left out). After the adopt runs, one poll of the node wait (bench/playbooks/poll.yml)
+gives ours' control-plane requests per poll.
+
+Writes ``bench/results/latest.json`` (the medians), ``bench/results/latest-runs.json`` (every
+run), the run logs under ``bench/results/logs/``, and the table in ``docs/benchmarks.md``.
+The sandbox is brought down at the end unless ``BENCH_KEEP=1``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench import counts, measure, report
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+RESULTS = ROOT / "bench" / "results"
+FLOOR = ROOT / "bench" / "floor"
+NAMESPACE = "bcd-system"
+DAEMONSET = "bcd"
+SELECTOR = "nvidia.com/gpu.present=true"
+REPORTING = ("adopting", "ready", "draining")
+IMAGE_REPO = "registry.example.com/better-compute/bcd:0.1.0"
+RUN_TIMEOUT = 3600.0
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclass
+class Config:
+    sizes: list[int]
+    runs: int
+    max_unavailable: str
+    sandbox_dir: Path
+    keep: bool
+    floor_poll_interval: float
+    profile: bool
+    scenarios: list[str]
+
+    @classmethod
+    def from_env(cls) -> Config:
+        raw = os.environ.get("BENCH_NODES", "10 100 1000").replace(",", " ").split()
+        try:
+            sizes = sorted({int(s) for s in raw})
+            runs = int(os.environ.get("BENCH_RUNS", "3"))
+            interval = float(os.environ.get("BENCH_FLOOR_POLL_INTERVAL", "2"))
+        except ValueError as exc:
+            raise BenchError(f"BENCH_NODES, BENCH_RUNS, BENCH_FLOOR_POLL_INTERVAL: {exc}") from None
+        if not sizes or sizes[0] < 1 or runs < 1:
+            raise BenchError("BENCH_NODES: one or more positive node counts; BENCH_RUNS: at least 1")
+        mu = os.environ.get("BENCH_MAX_UNAVAILABLE", "10%")
+        if not re.fullmatch(r"[1-9]\d*%?", mu):
+            raise BenchError(f"BENCH_MAX_UNAVAILABLE: {mu!r} is not a count or a percentage")
+        scenarios = os.environ.get("BENCH_SCENARIOS", "render adopt rollout").split()
+        if set(scenarios) - {"render", "adopt", "rollout"}:
+            raise BenchError(f"BENCH_SCENARIOS: {scenarios} (render, adopt, rollout)")
+        return cls(sizes=sizes, runs=runs, max_unavailable=mu,
+                   sandbox_dir=Path(os.environ.get("BENCH_SANDBOX_DIR", ROOT / ".sandbox-bench")).resolve(),
+                   keep=os.environ.get("BENCH_KEEP", "") in ("1", "true", "yes"), floor_poll_interval=interval,
+                   profile=os.environ.get("BENCH_PROFILE", "1") not in ("0", "false", "no"), scenarios=scenarios)
+
+
+@dataclass
+class Run:
+    """One measured run."""
+
+    scenario: str
+    nodes: int
+    who: str  # ours | floor
+    index: int
+    seconds: float
+    peak_rss_mb: float
+    peak_pss_mb: float
+    cp: dict
+    kube: dict
+    load: tuple[float, float]
+    log: str
+    extra: dict = field(default_factory=dict)
+
+
+def say(msg: str) -> None:
+    print(f"[{dt.datetime.now().strftime('%H:%M:%S')}] bench: {msg}", flush=True)
+
+
+def digest_image(tag: str) -> str:
+    return f"{IMAGE_REPO}@sha256:{hashlib.sha256(tag.encode()).hexdigest()}"
+
+
+class Bench:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.sdir = cfg.sandbox_dir
+        self.work = self.sdir / "bench"
+        self.logs = RESULTS / "logs"
+        self.runs: list[Run] = []
+        self.probes: dict[int, dict] = {}
+        self.started_at = dt.datetime.now(dt.UTC)
+        self._admin = None
+        self._cp = None
+
+    # -- the sandbox ----------------------------------------------------------------------------
+
+    def sandbox_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(SANDBOX_DIR=str(self.sdir), SANDBOX_AUDIT="1", PYTHONUNBUFFERED="1")
+        return env
+
+    def sandbox_cmd(self, *args: str, check: bool = True) -> int:
+        rc = subprocess.run([str(VENV_BIN / "python"), "-m", "sandbox", *args], cwd=ROOT, env=self.sandbox_env(),
+                            check=False).returncode
+        if check and rc != 0:
+            raise BenchError(f"python -m sandbox {' '.join(args)} failed (exit {rc}); see its output above")
+        return rc
+
+    def gpu_nodes(self) -> list[str]:
+        out = self.kubectl("get", "nodes", "-l", SELECTOR, "-o", "json")
+        return sorted(n["metadata"]["name"] for n in json.loads(out)["items"])
+
+    def sandbox_up(self, size: int) -> None:
+        state = self.sdir / "state.json"
+        if state.exists():
+            have = json.loads(state.read_text()).get("gpu_nodes", 0)
+            if have > size:
+                say(f"{self.sdir} has {have} GPU nodes, more than {size}: bringing it down to start afresh")
+                self.sandbox_cmd("down")
+        say(f"sandbox up with {size} GPU nodes at {self.sdir} (audit log on)")
+        self.sandbox_cmd("up", "--nodes", str(size))
+        self._admin = self._cp = None
+        got = len(self.gpu_nodes())
+        if got != size:
+            raise BenchError(f"the sandbox has {got} GPU nodes, not {size}")
+        self.work.mkdir(exist_ok=True)
+        cp = yaml.safe_load((self.sdir / "control-plane.yml").read_text())
+        key_file = self.work / "api-key"
+        key_file.touch(mode=0o600)
+        key_file.chmod(0o600)
+        key_file.write_text(cp["bcd_api_key"])
+        self.cpvars = {k: v for k, v in cp.items() if k != "bcd_api_key"}
+        self.server_version = json.loads(self.kubectl("version", "-o", "json")).get("serverVersion", {}).get("gitVersion")
+        self.ensure_manifests()
+
+    def ensure_manifests(self) -> None:
+        """The bcd_* variables (for the render floor) and the rendered manifests (for the adopt
+        floor), made once with render.yml from the sandbox inventory; not measured."""
+        vars_file, manifests = self.work / "bcd-vars.json", self.work / "bcd.json"
+        if vars_file.exists() and manifests.exists():
+            return
+        for f in (vars_file, manifests):
+            f.unlink(missing_ok=True)
+        for argv in (["bench/playbooks/vars.yml", "-e", f"bench_vars_out={vars_file}"],
+                     ["render.yml", "-e", f"bcd_render_out={manifests}"]):
+            done = subprocess.run([str(VENV_BIN / "ansible-playbook"), *argv], cwd=ROOT, env=self.tool_env(),
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise BenchError(f"{argv[0]} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        data = json.loads(vars_file.read_text())
+        data["bcd_render_out"] = "-"  # render.yml requires it; the floor writes to BCD_RENDER_OUT
+        vars_file.write_text(json.dumps(data))
+
+    @property
+    def admin(self):
+        if self._admin is None:
+            from sandbox.control_plane.admin import Admin
+
+            self._admin = Admin.for_sandbox(self.sdir)
+            self._admin.timeout = 900  # forgetting 1,000 nodes takes a while
+        return self._admin
+
+    @property
+    def cp(self):
+        if self._cp is None:
+            import ansible.module_utils
+
+            path = str(ROOT / "plugins" / "module_utils")
+            if path not in ansible.module_utils.__path__:
+                ansible.module_utils.__path__.append(path)
+            from ansible.module_utils.bcd_cp import Client
+
+            self._cp = Client(self.cpvars["bcd_control_plane_url"], api_key=(self.work / "api-key").read_text(),
+                              ca_file=self.cpvars["bcd_control_plane_ca_file"])
+        return self._cp
+
+    def kubectl(self, *args: str, timeout: float = 900) -> str:
+        kubectl = json.loads((self.sdir / "state.json").read_text())["binaries"]["kubectl"]
+        done = subprocess.run([kubectl, f"--kubeconfig={self.sdir / 'kubeconfig'}", *args], capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    # -- environments ---------------------------------------------------------------------------
+
+    def tool_env(self) -> dict[str, str]:
+        kubectl_dir = str(Path(json.loads((self.sdir / "state.json").read_text())["binaries"]["kubectl"]).parent)
+        env = dict(os.environ)
+        env.update({
+            "SANDBOX_DIR": str(self.sdir), "KUBECONFIG": str(self.sdir / "kubeconfig"),
+            "PATH": os.pathsep.join([str(VENV_BIN), kubectl_dir, env.get("PATH", "")]),
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
+            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+        })
+        if self.cfg.profile:
+            env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
+            env["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "all"
+        return env
+
+    def floor_env(self, **extra: str) -> dict[str, str]:
+        env = self.tool_env()
+        env.update({
+            "BCD_CP_URL": self.cpvars["bcd_control_plane_url"], "BCD_CP_CA": self.cpvars["bcd_control_plane_ca_file"],
+            "BCD_API_KEY_FILE": str(self.work / "api-key"), "BCD_TENANT": self.cpvars["bcd_tenant"],
+            "BCD_POOL": self.cpvars["bcd_pool"], "BCD_SELECTOR": SELECTOR, "BCD_NAMESPACE": NAMESPACE,
+            "BCD_NAME": DAEMONSET, "POLL_INTERVAL": f"{self.cfg.floor_poll_interval:g}", "PYTHON": str(VENV_BIN / "python"),
+        })
+        env.update(extra)
+        return env
+
+    # -- one measured run -----------------------------------------------------------------------
+
+    def measured(self, scenario: str, size: int, who: str, index: int, argv: list[str], env: dict[str, str]) -> Run:
+        audit = counts.AuditLog(self.sdir / "logs" / "audit.log")
+        mark = audit.mark()
+        self.admin.reset_counters()
+        log = self.logs / f"{size}-{scenario}-{who}-{index}.log"
+        m = measure.run(argv, env, ROOT, RUN_TIMEOUT, log)
+        cp = counts.cp_requests(self.admin.counters())
+        kube = audit.requests(mark)
+        if m.returncode != 0:
+            tail = "\n".join((m.stdout + m.stderr).strip().splitlines()[-25:])
+            raise BenchError(f"{scenario} {who} run {index} at {size} nodes failed (exit {m.returncode}); log {log}:\n{tail}")
+        run = Run(scenario, size, who, index, round(m.seconds, 2), round(m.peak_rss_mb, 1), round(m.peak_pss_mb, 1),
+                  cp, kube, m.load, str(log.relative_to(ROOT)))
+        polls = re.search(r"after (\d+) poll", m.stdout)
+        if polls:
+            run.extra["polls"] = int(polls.group(1))
+        recap = m.stdout.split("TASKS RECAP", 1)
+        if len(recap) == 2:
+            lines = [ln for ln in recap[1].splitlines() if re.search(r" -+ +\d+\.\d+s$", ln)]
+            run.extra["slowest_tasks"] = lines[:12]
+        self.runs.append(run)
+        say(f"{scenario:<7} {size:>5} nodes  {who:<5} #{index}: {run.seconds:7.1f}s  peak RSS {run.peak_rss_mb:6.1f} MB"
+            f"  cp {cp['total']:>4}  kube {kube['total']:>5}  (load {m.load[0]:.1f} -> {m.load[1]:.1f})")
+        return run
+
+    def playbook(self, scenario: str, size: int, index: int, playbook: str, *args: str) -> Run:
+        argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
+        return self.measured(scenario, size, "ours", index, argv, self.tool_env())
+
+    def floor(self, scenario: str, size: int, index: int, script: str, **env: str) -> Run:
+        return self.measured(scenario, size, "floor", index, ["bash", str(FLOOR / script)], self.floor_env(**env))
+
+    # -- states ---------------------------------------------------------------------------------
+
+    def reset_adoption(self) -> None:
+        """No bcd namespace (waited until gone) and no node known to the control plane."""
+        self.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=900s", timeout=960)
+        forgotten = self.admin.forget_nodes()
+        # the control plane must not know any selected Node any more
+        left = [n for n in self.cp.list_nodes(self.cpvars["bcd_tenant"], self.cpvars["bcd_pool"])]
+        if left:
+            raise BenchError(f"the control plane still knows {len(left)} node(s) after forget ({forgotten[:3]}...)")
+        time.sleep(2)  # let the API server and KWOK settle after the deletion
+
+    def wait_fleet(self, size: int, image: str | None = None, timeout: float = 900) -> None:
+        """Wait until the DaemonSet has rolled out (to ``image``) and every selected Node reports."""
+        deadline = time.monotonic() + timeout
+        nodes = set(self.gpu_nodes())
+        while True:
+            ds = json.loads(self.kubectl("-n", NAMESPACE, "get", "daemonset", DAEMONSET, "-o", "json"))
+            st = ds.get("status") or {}
+            want = st.get("desiredNumberScheduled", -1)
+            rolled = (st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+                      and st.get("updatedNumberScheduled", 0) >= want and st.get("numberAvailable", 0) >= want)
+            current = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            cp_nodes = {n["hostname"]: n for n in self.cp.list_nodes(self.cpvars["bcd_tenant"], self.cpvars["bcd_pool"])}
+            reporting = sum(1 for n in nodes if (cp_nodes.get(n) or {}).get("state") in REPORTING)
+            if rolled and want == size and reporting == size and (image is None or current == image):
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"the fleet did not settle within {timeout:g}s: DaemonSet {st}, {reporting} of {size} report")
+            time.sleep(2)
+
+    # -- scenarios ------------------------------------------------------------------------------
+
+    def render_phase(self, size: int) -> None:
+        for i in range(1, self.cfg.runs + 1):
+            ours_out = self.work / f"render-{size}-ours-{i}.json"
+            floor_out = self.work / f"render-{size}-floor-{i}.json"
+            for f in (ours_out, floor_out):
+                f.unlink(missing_ok=True)
+            self.playbook("render", size, i, "render.yml", "-e", f"bcd_render_out={ours_out}")
+            self.floor("render", size, i, "render.sh", BCD_VARS=str(self.work / "bcd-vars.json"),
+                       BCD_RENDER_OUT=str(floor_out))
+            if ours_out.read_bytes() != floor_out.read_bytes():
+                raise BenchError(f"the floor's render {floor_out} differs from render.yml's {ours_out}")
+            if ours_out.read_bytes() != (self.work / "bcd.json").read_bytes():
+                raise BenchError(f"render.yml's {ours_out} differs from the manifests the adopt floor applies")
+
+    def adopt_phase(self, size: int) -> None:
+        manifests = self.work / "bcd.json"
+        for i in range(1, self.cfg.runs + 1):
+            self.reset_adoption()
+            self.floor("adopt", size, i, "adopt.sh", BCD_MANIFESTS=str(manifests))
+            self.reset_adoption()
+            self.playbook("adopt", size, i, "adopt-cluster.yml")
+        self.wait_fleet(size)
+        self.poll_probe(size)
+
+    def poll_probe(self, size: int) -> None:
+        """One poll of ours' node wait on a cluster where every node reports: its control-plane requests."""
+        self.admin.reset_counters()
+        done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "bench/playbooks/poll.yml"], cwd=ROOT,
+                              env=self.tool_env(), capture_output=True, text=True, check=False)
+        got = re.search(r"BENCH_POLL polls=(-?\d+) cp_requests=(-?\d+) reporting=(\d+) selected=(\d+)", done.stdout)
+        cp = counts.cp_requests(self.admin.counters())
+        if done.returncode != 0 or not got:
+            raise BenchError(f"bench/playbooks/poll.yml failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+        polls = int(got.group(1))
+        per_poll = cp["by_procedure"].get("nodes.list", 0) / max(polls, 1)
+        self.probes[size] = {"polls": polls, "cp": cp, "per_poll": per_poll,
+                             "reported_by_action": int(got.group(2)), "reporting": int(got.group(3))}
+        say(f"poll probe at {size} nodes: {polls} poll(s), {cp['by_procedure']} -> {per_poll:g} nodes.list per poll "
+            f"(target at most {math.ceil(size / 500) + 1})")
+
+    def rollout_phase(self, size: int) -> None:
+        if "adopt" not in self.cfg.scenarios:
+            raise BenchError("the rollout scenario needs the adopt scenario before it (BENCH_SCENARIOS)")
+        mu = self.cfg.max_unavailable
+        for i in range(1, self.cfg.runs + 1):
+            image = digest_image(f"bench-{size}-ours-{i}-{time.time_ns()}")
+            self.wait_fleet(size)
+            self.playbook("rollout", size, i, "rollout.yml", "-e", f"bcd_image={image}",
+                          "-e", f"bcd_rollout_max_unavailable={mu}")
+            self.wait_fleet(size, image)
+            image = digest_image(f"bench-{size}-floor-{i}-{time.time_ns()}")
+            self.floor("rollout", size, i, "rollout.sh", BCD_IMAGE=image, MAX_UNAVAILABLE=mu)
+            self.wait_fleet(size, image)
+
+    # -- all of it ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        if self.logs.exists():
+            shutil.rmtree(self.logs)
+        self.logs.mkdir(parents=True)
+        say(f"sizes {self.cfg.sizes}, {self.cfg.runs} run(s) each, scenarios {self.cfg.scenarios}, "
+            f"maxUnavailable {self.cfg.max_unavailable}")
+        failed = None
+        try:
+            for size in self.cfg.sizes:
+                self.sandbox_up(size)
+                if "render" in self.cfg.scenarios:
+                    self.render_phase(size)
+                if "adopt" in self.cfg.scenarios:
+                    self.adopt_phase(size)
+                if "rollout" in self.cfg.scenarios:
+                    self.rollout_phase(size)
+                # the next size adds nodes: no DaemonSet to spread to them meanwhile
+                self.reset_adoption()
+        except BenchError as exc:
+            failed = str(exc)
+            say(f"FAILED: {exc}")
+        except Exception as exc:  # noqa: BLE001 - keep what was measured, bring the sandbox down
+            failed = f"{type(exc).__name__}: {exc}"
+            say(f"FAILED: {failed}")
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            if not self.cfg.keep:
+                say(f"sandbox down ({self.sdir})")
+                self.sandbox_cmd("down", check=False)
+        if self.runs:
+            results = report.results(self.runs, self.probes, self.cfg, self.machine())
+            report.write(results, self.runs, self.probes, failed)
+            say(f"wrote {report.LATEST.relative_to(ROOT)}, {report.RUNS.relative_to(ROOT)} and "
+                f"{report.DOC.relative_to(ROOT)}")
+            print(report.table(results), flush=True)
+        return 1 if failed else 0
+
+    def machine(self) -> dict:
+        loads = [x for r in self.runs for x in r.load]
+        cpu = "?"
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+            mem = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
+        except (OSError, StopIteration):
+            mem = 0
+        try:
+            from ansible.release import __version__ as ansible_version
+            from kubernetes import __version__ as kube_client_version
+        except ImportError:
+            ansible_version = kube_client_version = "?"
+        return {
+            "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "os": platform.platform(),
+            "python": platform.python_version(), "ansible_core": ansible_version, "kubernetes_client": kube_client_version,
+            "kubernetes_server": getattr(self, "server_version", None), "simulated_nodes": "KWOK",
+            "load_average_1m": {"min": round(min(loads), 2), "median": round(statistics.median(loads), 2),
+                                "max": round(max(loads), 2),
+                                "note": "at the start and the end of every measured run; the machine is shared"}
+            if loads else None,
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "runs_per_point": self.cfg.runs, "max_unavailable": self.cfg.max_unavailable,
+            "floor_poll_interval_s": self.cfg.floor_poll_interval,
+        }
+
+
+def main() -> int:
+    try:
+        cfg = Config.from_env()
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    return Bench(cfg).run()
