@@ -1,8 +1,10 @@
 """Action plugin bcd_nodes: poll the bcd_nodes module until every selected Node reports.
 
-Runs on the controller. Each poll is one run of the bcd_nodes module (one Node list and
-ceil(pool nodes / 500) nodes.list calls); progress (n of N) is printed as nodes arrive.
-Without ``wait`` it runs the module once.
+Runs on the controller. Each run of the bcd_nodes module lists the selected Nodes once and then
+polls the control plane (ceil(pool nodes / 500) nodes.list calls a poll) every ``interval``
+seconds for up to 60 s; it returns early when every Node reports, or when the count changed and
+10 s passed, so progress (n of N) is printed as nodes arrive. Without ``wait`` it runs the module
+once.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def _poll(self, args: dict, task_vars: dict, diagnose: bool) -> dict:
-        return self._execute_module(module_name="bcd_nodes", module_args={**args, "diagnose": diagnose, "wait": False},
+    def _poll(self, args: dict, task_vars: dict, diagnose: bool, poll_for: float = 0, interval: float = 2) -> dict:
+        return self._execute_module(module_name="bcd_nodes",
+                                    module_args={**args, "diagnose": diagnose, "wait": False, "poll_for": poll_for,
+                                                 "interval": interval},
                                     task_vars=task_vars)
 
     def run(self, tmp=None, task_vars=None):
@@ -31,7 +35,7 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         if not boolean(args.get("wait", False), strict=False):
             return self._poll(args, task_vars, boolean(args.get("diagnose", False), strict=False))
-        interval = float(args.pop("interval", None) or 3)
+        interval = float(args.pop("interval", None) or 2)
         timeout = args.pop("timeout", None)
         args.pop("wait", None)
         host = task_vars.get("inventory_hostname", "")
@@ -42,8 +46,10 @@ class ActionModule(ActionBase):
         polls = 0
         cp_requests = 0
         while True:
-            res = self._poll(args, task_vars, diagnose=False)
-            polls += 1
+            # the first run polls once (the limit comes from its answer); later runs poll up to 60 s
+            slice_s = 0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic() - interval))
+            res = self._poll(args, task_vars, diagnose=False, poll_for=slice_s, interval=interval)
+            polls += res.get("polls", 1)
             if res.get("failed"):
                 return res
             cp_requests += res.get("cp_requests", 0)
@@ -57,6 +63,8 @@ class ActionModule(ActionBase):
             if have == want:
                 res.update(changed=False, polls=polls, cp_requests=cp_requests, waited=round(time.monotonic() - started, 1))
                 return res
+            if slice_s > 0 and time.monotonic() + interval <= deadline:
+                continue  # the module already waited between its polls
             if time.monotonic() + interval > deadline:
                 final = self._poll(args, task_vars, diagnose=True)
                 if final.get("failed"):

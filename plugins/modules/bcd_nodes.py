@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 DOCUMENTATION = r"""
 ---
 module: bcd_nodes
@@ -33,9 +35,22 @@ options:
     description: With O(wait), seconds to wait (default C(bcd_join_timeout), else 300 + 2 per Node).
     type: int
   interval:
-    description: With O(wait), seconds between polls.
+    description: With O(wait), seconds between polls of the control plane.
     type: float
-    default: 3
+    default: 2
+  poll_for:
+    description:
+      - Internal to the O(wait) action plugin. Seconds this run may keep polling the control plane
+        (C(nodes.list) only; the Nodes are listed once per run) before it returns. It returns
+        earlier when every selected Node reports, or when the count changed and at least
+        O(progress_every) seconds passed, so the action plugin can print progress.
+      - 0 (the default) polls once.
+    type: float
+    default: 0
+  progress_every:
+    description: Internal to the O(wait) action plugin; see O(poll_for). Seconds.
+    type: float
+    default: 10
 extends_documentation_fragment:
   - bcd
   - bcd.control_plane
@@ -95,6 +110,10 @@ missing:
   returned: success
   type: list
   elements: str
+polls:
+  description: How many times this run listed the pool's nodes (1 unless O(poll_for) is set).
+  returned: success
+  type: int
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -173,7 +192,9 @@ def main() -> None:
             "diagnose": {"type": "bool", "default": False},
             "wait": {"type": "bool", "default": False},
             "timeout": {"type": "int"},
-            "interval": {"type": "float", "default": 3},
+            "interval": {"type": "float", "default": 2},
+            "poll_for": {"type": "float", "default": 0},
+            "progress_every": {"type": "float", "default": 10},
         },
         supports_check_mode=True,
     )
@@ -187,13 +208,26 @@ def main() -> None:
     names = sorted(k8s_nodes)
     labels = {name: (n["metadata"].get("labels") or {}) for name, n in k8s_nodes.items()}
     wanted = set(names)
-    known = {}
-    try:
-        for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
-            if node.get("hostname") in wanted:
-                known[node["hostname"]] = node
-    except ControlPlaneError as exc:
-        module.fail_json(msg=f"listing the pool's nodes: {exc}")
+    started = time.monotonic()
+    first = None
+    polls = 0
+    while True:
+        known = {}
+        try:
+            for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
+                if node.get("hostname") in wanted:
+                    known[node["hostname"]] = node
+        except ControlPlaneError as exc:
+            module.fail_json(msg=f"listing the pool's nodes: {exc}")
+        polls += 1
+        have = sum(1 for name in names if (known.get(name) or {}).get("state") in NODE_STATES_REPORTING)
+        first = have if first is None else first
+        elapsed = time.monotonic() - started
+        interval = max(module.params["interval"], 0.1)
+        if (have == len(names) or elapsed + interval > module.params["poll_for"]
+                or (have != first and elapsed >= module.params["progress_every"])):
+            break
+        time.sleep(interval)
     out = []
     for name in names:
         n = known.get(name) or {}
@@ -215,7 +249,7 @@ def main() -> None:
             if o["name"] in why:
                 o["why"] = why[o["name"]]
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
-                     join_timeout=inv.bcd_join_timeout, cp_requests=cp.requests, kube_requests=kube_api.requests)
+                     join_timeout=inv.bcd_join_timeout, polls=polls, cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 
 if __name__ == "__main__":
