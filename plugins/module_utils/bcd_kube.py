@@ -150,5 +150,24 @@ def node_ready(node: dict) -> bool:
     return condition(node, "Ready") == "True"
 
 
-def pod_ready(pod: dict) -> bool:
-    return condition(pod, "Ready") == "True"
+def pod_ready(pod: dict | None) -> bool:
+    """Whether a pod (or None: no pod) has condition Ready True."""
+    return pod is not None and condition(pod, "Ready") == "True"
+
+
+def pod_state(pod: dict, container: str = "bcd") -> str:
+    """Why a pod is not Ready, in a few words: its phase, then each waiting or failed container
+    (reason and message), and ``container`` when it runs but is not ready."""
+    status = pod.get("status") or {}
+    parts = [f"phase {status.get('phase') or 'Pending'}"]
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        st = cs.get("state") or {}
+        if st.get("waiting"):
+            w = st["waiting"]
+            parts.append(f"{cs.get('name')} waiting: {w.get('reason')}" + (f" - {w['message']}" if w.get("message") else ""))
+        elif st.get("terminated") and st["terminated"].get("exitCode"):
+            t = st["terminated"]
+            parts.append(f"{cs.get('name')} exited {t['exitCode']}" + (f": {t['reason']}" if t.get("reason") else ""))
+        elif st.get("running") and not cs.get("ready") and cs.get("name") == container:
+            parts.append(f"{cs.get('name')} running, not ready")
+    return "; ".join(parts)

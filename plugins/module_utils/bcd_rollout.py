@@ -20,6 +20,8 @@ import copy
 import json
 import math
 
+from ansible.module_utils.bcd_kube import pod_ready, pod_state  # noqa: F401 - the rollout's modules take them from here
+
 REVISION_LABEL = "controller-revision-hash"
 BCD_CONTAINER = "bcd"
 # Node conditions (nodes.list) that say nothing is wrong while "True".
@@ -185,30 +187,6 @@ def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, di
 
 def pod_revision(pod: dict | None) -> str | None:
     return ((pod or {}).get("metadata") or {}).get("labels", {}).get(REVISION_LABEL)
-
-
-def pod_ready(pod: dict | None) -> bool:
-    for c in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
-
-
-def pod_state(pod: dict) -> str:
-    """Why a pod is not Ready, in a few words: phase, waiting or failed containers, Ready's message."""
-    status = pod.get("status") or {}
-    parts = [f"phase {status.get('phase') or 'Pending'}"]
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        st = cs.get("state") or {}
-        if st.get("waiting"):
-            w = st["waiting"]
-            parts.append(f"{cs.get('name')} waiting: {w.get('reason')}" + (f" - {w['message']}" if w.get("message") else ""))
-        elif st.get("terminated") and st["terminated"].get("exitCode"):
-            t = st["terminated"]
-            parts.append(f"{cs.get('name')} exited {t['exitCode']}" + (f": {t['reason']}" if t.get("reason") else ""))
-        elif st.get("running") and not cs.get("ready") and cs.get("name") == BCD_CONTAINER:
-            parts.append(f"{cs.get('name')} running, not ready")
-    return "; ".join(parts)
 
 
 def fatal(pod: dict) -> str | None:

@@ -118,7 +118,7 @@ polls:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import Kube, KubeError, node_ready, path, pod_ready, selector
+from ansible.module_utils.bcd_kube import Kube, KubeError, node_ready, path, pod_ready, pod_state, selector
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -127,21 +127,6 @@ from ansible.module_utils.bcd_module import (
     inventory,
     kube,
 )
-
-
-def pod_state(pod: dict) -> str:
-    """A short description of why a pod is not Ready: its phase and any waiting/terminated container."""
-    status = pod.get("status") or {}
-    parts = [f"phase {status.get('phase')}"]
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        st = cs.get("state") or {}
-        if st.get("waiting"):
-            w = st["waiting"]
-            parts.append(f"{cs['name']} waiting: {w.get('reason')}{' - ' + w['message'] if w.get('message') else ''}")
-        elif st.get("terminated") and st["terminated"].get("exitCode"):
-            t = st["terminated"]
-            parts.append(f"{cs['name']} exited {t['exitCode']}: {t.get('reason') or ''} {t.get('message') or ''}".strip())
-    return "; ".join(parts)
 
 
 def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, dict]) -> dict[str, str]:

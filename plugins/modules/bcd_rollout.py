@@ -410,6 +410,7 @@ class Rollout:
         """Wait until every node in ``nodes`` is healthy on ``revision``/``image``; {} or node -> why."""
         deadline = time.monotonic() + self.inv.bcd_rollout_gate_timeout
         problems: dict[str, str] = {}
+        pause = min(0.5, self.interval)  # new pods often turn healthy within a second: look early, then every interval
         while True:
             self.renew()
             try:
@@ -434,7 +435,8 @@ class Rollout:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
-            time.sleep(min(self.interval, remaining))
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, self.interval)
 
     def run(self) -> None:
         previous = self.p.get("previous") or []

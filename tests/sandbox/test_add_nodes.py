@@ -11,31 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.bcd_cp import Client
 
 from tests.helpers import recap, run_playbook
 from tests.secrets_scan import find_in_text
 
-pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture(scope="module")
-def cpvars(sandbox):
-    return sandbox.control_plane_vars()
-
-
-@pytest.fixture(scope="module")
-def cp(cpvars):
-    return Client(cpvars["bcd_control_plane_url"], api_key=cpvars["bcd_api_key"], ca_file=cpvars["bcd_control_plane_ca_file"])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def adopted(sandbox):
-    from sandbox.control_plane.admin import Admin
-
-    Admin.for_sandbox(sandbox.dir).clear_faults()
-    run = run_playbook("adopt-cluster.yml")
-    assert run.returncode == 0, run.stdout[-3000:]
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
 
 def tokens(cp, cpvars) -> dict[str, dict]:

@@ -11,24 +11,12 @@ import stat
 import time
 
 import pytest
-from ansible.module_utils.bcd_cp import Client
 from kubernetes import client as k8s
 
 from tests.helpers import recap, run_playbook
 from tests.secrets_scan import files_touched_since, find_in_files, find_in_text
 
-pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture(scope="module")
-def cp(sandbox):
-    v = sandbox.control_plane_vars()
-    return Client(v["bcd_control_plane_url"], api_key=v["bcd_api_key"], ca_file=v["bcd_control_plane_ca_file"])
-
-
-@pytest.fixture(scope="module")
-def cpvars(sandbox):
-    return sandbox.control_plane_vars()
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("unadopted")]
 
 
 @pytest.fixture(scope="module")

@@ -14,37 +14,16 @@ import datetime as dt
 import json
 
 import pytest
-from ansible.module_utils.bcd_cp import Client
 
 from tests.helpers import recap, run_playbook
 from tests.secrets_scan import find_in_text
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
 REPO = "registry.example.com/better-compute/bcd"
 GOOD = [f"{REPO}:0.2.0@sha256:{'b2' * 32}", f"{REPO}:0.3.0@sha256:{'c3' * 32}", f"{REPO}:0.4.0@sha256:{'d4' * 32}"]
 DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"
 LEASE = "bcd-ansible-lock"
-
-
-@pytest.fixture(scope="module")
-def cpvars(sandbox):
-    return sandbox.control_plane_vars()
-
-
-@pytest.fixture(scope="module")
-def cp(cpvars):
-    return Client(cpvars["bcd_control_plane_url"], api_key=cpvars["bcd_api_key"], ca_file=cpvars["bcd_control_plane_ca_file"])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def adopted(sandbox):
-    """Start from an adopted cluster on the inventory's digest, every node reporting."""
-    from sandbox.control_plane.admin import Admin
-
-    Admin.for_sandbox(sandbox.dir).clear_faults()
-    run = run_playbook("adopt-cluster.yml")
-    assert run.returncode == 0, run.stdout[-3000:]
 
 
 def kget(sandbox, *args) -> dict:
