@@ -66,4 +66,5 @@ def test_two_new_nodes_join_with_a_token_for_exactly_two_then_it_is_revoked(sand
     assert after["spec"]["template"] == ds["spec"]["template"]
     n = len(sandbox.gpu_node_names())
     assert f"{n} of {n} selected nodes report" in out
-    assert not find_in_text(out, [cpvars["bcd_api_key"]])
+    leaked = find_in_text(out, [cpvars["bcd_api_key"]])
+    assert not leaked, "the API key leaked"

@@ -115,7 +115,8 @@ def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(s
     assert [s["name"] for s in summary["stages"]] == ["canary"] + [f"batch {i + 1}" for i in range(len(expected) - 1)]
     assert all(s["outcome"] == "passed" for s in summary["stages"])
     assert {r["name"] for r in summary["nodes"]} == set(nodes)
-    assert not find_in_text(out + report.read_text(), [cpvars["bcd_api_key"]]), "the API key leaked"
+    leaked = find_in_text(out + report.read_text(), [cpvars["bcd_api_key"]])
+    assert not leaked, "the API key leaked"
 
     again = rollout("-e", f"bcd_image={GOOD[0]}", "-e", "bcd_rollout_max_unavailable=50%")
     assert again.returncode == 0, again.stdout[-3000:]
