@@ -103,7 +103,9 @@ def generated(res: dict, runs, failed: str | None) -> str:
         f"{m.get('kubernetes_client')}, Kubernetes {m.get('kubernetes_server')} with {m.get('simulated_nodes', 'KWOK')} nodes. "
         f"Medians of {m.get('runs_per_point')} runs; rollouts with maxUnavailable {m.get('max_unavailable')} for ours "
         f"and the floor. 1-minute load average during the runs: min {load.get('min')}, median {load.get('median')}, "
-        f"max {load.get('max')} (a shared machine: other sandboxes and test runs were running).",
+        f"max {load.get('max')}"
+        + (" (above the core count: something else was running, read the figures with care)."
+           if (load.get("median") or 0) > (m.get("cores") or 1) else "."),
         "",
         table(res),
         "",
