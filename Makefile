@@ -28,10 +28,10 @@ lint: setup
 	$(BIN)/ansible-lint --profile production
 
 test-unit: setup
-	$(BIN)/pytest -m "not sandbox and not long"
+	$(BIN)/pytest -m "not sandbox and not long" --durations=15
 
 test-sandbox: setup
-	$(BIN)/pytest -m "sandbox and not long"
+	$(BIN)/pytest -m "sandbox and not long" --durations=30
 
 # molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>)
 test-molecule: setup

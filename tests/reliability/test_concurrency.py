@@ -47,6 +47,7 @@ def check(world: World, runs: list[Run], before: set[str]) -> dict:
             "seconds": [round(r.seconds, 1) for r in runs]}
 
 
+@pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
 def test_two_runs_at_once(ready, runner, reliability):
     world = ready
     reliability.describe("Concurrency", "two adopt-cluster.yml runs started together (0.5 s apart), nodes to join")

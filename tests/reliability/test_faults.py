@@ -112,6 +112,7 @@ def test_control_plane_down_for_a_while_is_waited_out(ready, runner, reliability
                                 "seconds": round(run.seconds, 1)})
 
 
+@pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
 def test_control_plane_down_for_good_fails_naming_it_and_the_next_run_cleans_up(ready, runner, reliability):
     """The control plane goes away for good after the mint (bcd_control_plane_timeout=20s): the
     wait for the nodes and the revoke give up naming the control plane; the Secret is deleted
@@ -145,6 +146,7 @@ def test_control_plane_down_for_good_fails_naming_it_and_the_next_run_cleans_up(
                                 "connections reset": world.counters()["requests"].get("(reset)", 0)})
 
 
+@pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
 def test_kubernetes_api_unreachable_mid_run(sandbox, ready, runner, reliability):
     """The API server stops while the run waits for the nodes, and comes back 20 s later. The run
     fails naming the Kubernetes API (its cleanup cannot delete the Secret or release the lock
@@ -207,6 +209,7 @@ def remove_node(world: World, name: str) -> None:
         world.core.delete_namespaced_pod(pod.metadata.name, world.namespace, grace_period_seconds=0)
 
 
+@pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
 def test_a_node_whose_pod_never_turns_ready(ready, runner, reliability):
     world = ready
     reliability.describe("Faults", "a node whose bcd pod never turns Ready (bcd_rollout_timeout=20s)")

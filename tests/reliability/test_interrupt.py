@@ -105,6 +105,7 @@ CHAIN = [
 ]
 
 
+@pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
 def test_signals_after_the_mint_and_the_next_run_cleans_up(ready, runner, reliability):
     world = ready
     reliability.describe("Interruption", "SIGKILL after the mint, SIGTERM in the node wait, SIGINT in the revoke; "

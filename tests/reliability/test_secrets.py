@@ -80,7 +80,8 @@ def arrange(playbook: str, world, tmp_path) -> tuple[list[str], str]:
     return [], "configures and checks GPU isolation" if playbook == "gpu-stack.yml" else "checks GPU isolation"
 
 
-@pytest.mark.parametrize("callback", list(CALLBACKS))
+# the default callback in make test; the json callback (the same runs, machine-readable output) in make test-long
+@pytest.mark.parametrize("callback", [pytest.param(c, marks=[pytest.mark.long] if c != "default" else []) for c in CALLBACKS])
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_no_secret_in_output_log_dump_files_or_cluster(playbook, callback, runner, tmp_path, reliability, request):
     # rollout.yml rolls the DaemonSet to another image and the next one back: no re-adoption between
