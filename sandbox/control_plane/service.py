@@ -90,7 +90,8 @@ def restart(sdir: Path, kubeconfig: Path | None = None) -> None:
 def status(sdir: Path) -> dict:
     """``{"running", "pid", "answers", "url", "admin_url", "gateway_url", "tokens", "nodes"}``.
 
-    ``answers``: discovery answered over TLS; ``tokens``/``nodes``: how many the database holds.
+    ``answers``: discovery answered over TLS; ``tokens``: how many live join tokens (neither revoked nor
+    expired) the database holds; ``nodes``: how many nodes.
     """
     sdir = Path(sdir).resolve()
     paths = Paths(sdir)
@@ -103,7 +104,9 @@ def status(sdir: Path) -> dict:
         try:
             conn = sqlite3.connect(f"file:{paths.db}?mode=ro", uri=True, timeout=2.0)
             try:
-                report["tokens"] = conn.execute("SELECT COUNT(*) FROM join_tokens").fetchone()[0]
+                # live tokens only (neither revoked nor expired): what an operator wants to see at zero
+                report["tokens"] = conn.execute("SELECT COUNT(*) FROM join_tokens WHERE revoked_at IS NULL AND expires_at > ?",
+                                                (time.time(),)).fetchone()[0]
                 report["nodes"] = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
             finally:
                 conn.close()
