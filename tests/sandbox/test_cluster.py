@@ -122,6 +122,15 @@ def test_gpu_nodes_are_labelled_with_capacity_but_no_allocatable_gpus(sandbox):
 
 
 def test_runtimeclass_and_cluster_policy_in_the_gpu_operator_default_state(sandbox):
+    """The sandbox creates the ClusterPolicy in the GPU operator's default state. Earlier tests of
+    the session configure it (adopt-cluster.yml does), so it is deleted and created again first."""
+    with sandbox.api_client() as api:
+        try:
+            client.CustomObjectsApi(api).delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+        except client.exceptions.ApiException as exc:
+            assert exc.status == 404, exc
+        wait_for("the ClusterPolicy to go", lambda: _no_policy(api), timeout=30)
+    cluster.ensure_objects(sandbox.dir)
     with sandbox.api_client() as api:
         rc = client.NodeV1Api(api).read_runtime_class("nvidia")
         assert rc.handler == "nvidia"
@@ -136,6 +145,14 @@ def test_runtimeclass_and_cluster_policy_in_the_gpu_operator_default_state(sandb
     assert "env" not in spec["toolkit"]
     assert spec["cdi"]["enabled"] is False
     assert "nriPluginEnabled" not in spec["cdi"]
+
+
+def _no_policy(api) -> bool:
+    try:
+        client.CustomObjectsApi(api).get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    except client.exceptions.ApiException as exc:
+        return exc.status == 404
+    return False
 
 
 # ---------------------------------------------------------------------------------- DaemonSets
