@@ -164,7 +164,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(sandbox):
+def env(sandbox, unadopted):
+    """The join tests' world, on a sandbox that no earlier test left adopted (``unadopted``)."""
     service.start(sandbox.dir, sandbox.kubeconfig)
     e = Env(sandbox)
     others = e.other_bcd_daemonsets()
