@@ -88,6 +88,15 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _runs(per_point) -> str:
+    if isinstance(per_point, dict):
+        counts = set(per_point.values())
+        if len(counts) == 1:
+            return f"{counts.pop()} runs"
+        return "runs (" + ", ".join(f"{v} at {k} nodes" for k, v in per_point.items()) + ")"
+    return f"{per_point} runs"
+
+
 def _fmt(x) -> str:
     return "-" if x is None else f"{x:g}"
 
@@ -101,7 +110,7 @@ def generated(res: dict, runs, failed: str | None) -> str:
         f"Measured {m.get('finished_at', '?')} on {m.get('cpu')} ({m.get('cores')} cores, {m.get('memory_gib')} GiB), "
         f"{m.get('os')}; Python {m.get('python')}, ansible-core {m.get('ansible_core')}, kubernetes client "
         f"{m.get('kubernetes_client')}, Kubernetes {m.get('kubernetes_server')} with {m.get('simulated_nodes', 'KWOK')} nodes. "
-        f"Medians of {m.get('runs_per_point')} runs; rollouts with maxUnavailable {m.get('max_unavailable')} for ours "
+        f"Medians of {_runs(m.get('runs_per_point'))}; rollouts with maxUnavailable {m.get('max_unavailable')} for ours "
         f"and the floor. 1-minute load average during the runs: min {load.get('min')}, median {load.get('median')}, "
         f"max {load.get('max')}"
         + (" (above the core count: something else was running, read the figures with care)."

@@ -64,6 +64,7 @@ class BenchError(RuntimeError):
 class Config:
     sizes: list[int]
     runs: int
+    runs_at: dict[int, int]
     max_unavailable: str
     sandbox_dir: Path
     keep: bool
@@ -71,16 +72,23 @@ class Config:
     profile: bool
     scenarios: list[str]
 
+    def runs_for(self, size: int) -> int:
+        """Runs per point at ``size`` nodes (BENCH_RUNS_AT, else BENCH_RUNS)."""
+        return self.runs_at.get(size, self.runs)
+
     @classmethod
     def from_env(cls) -> Config:
         raw = os.environ.get("BENCH_NODES", "10 100 1000").replace(",", " ").split()
         try:
             sizes = sorted({int(s) for s in raw})
             runs = int(os.environ.get("BENCH_RUNS", "3"))
+            # fewer runs at the largest sizes when time is short: BENCH_RUNS_AT="1000:1"
+            runs_at = {int(k): int(v) for k, v in (item.split(":", 1) for item in
+                                                   os.environ.get("BENCH_RUNS_AT", "").replace(",", " ").split())}
             interval = float(os.environ.get("BENCH_FLOOR_POLL_INTERVAL", "2"))
         except ValueError as exc:
-            raise BenchError(f"BENCH_NODES, BENCH_RUNS, BENCH_FLOOR_POLL_INTERVAL: {exc}") from None
-        if not sizes or sizes[0] < 1 or runs < 1:
+            raise BenchError(f"BENCH_NODES, BENCH_RUNS, BENCH_RUNS_AT (size:runs ...), BENCH_FLOOR_POLL_INTERVAL: {exc}") from None
+        if not sizes or sizes[0] < 1 or runs < 1 or any(v < 1 for v in runs_at.values()):
             raise BenchError("BENCH_NODES: one or more positive node counts; BENCH_RUNS: at least 1")
         mu = os.environ.get("BENCH_MAX_UNAVAILABLE", "10%")
         if not re.fullmatch(r"[1-9]\d*%?", mu):
@@ -88,7 +96,7 @@ class Config:
         scenarios = os.environ.get("BENCH_SCENARIOS", "render adopt rollout").split()
         if set(scenarios) - {"render", "adopt", "rollout"}:
             raise BenchError(f"BENCH_SCENARIOS: {scenarios} (render, adopt, rollout)")
-        return cls(sizes=sizes, runs=runs, max_unavailable=mu,
+        return cls(sizes=sizes, runs=runs, runs_at=runs_at, max_unavailable=mu,
                    sandbox_dir=Path(os.environ.get("BENCH_SANDBOX_DIR", ROOT / ".sandbox-bench")).resolve(),
                    keep=os.environ.get("BENCH_KEEP", "") in ("1", "true", "yes"), floor_poll_interval=interval,
                    profile=os.environ.get("BENCH_PROFILE", "1") not in ("0", "false", "no"), scenarios=scenarios)
@@ -317,7 +325,7 @@ class Bench:
     # -- scenarios ------------------------------------------------------------------------------
 
     def render_phase(self, size: int) -> None:
-        for i in range(1, self.cfg.runs + 1):
+        for i in range(1, self.cfg.runs_for(size) + 1):
             ours_out = self.work / f"render-{size}-ours-{i}.json"
             floor_out = self.work / f"render-{size}-floor-{i}.json"
             for f in (ours_out, floor_out):
@@ -332,7 +340,7 @@ class Bench:
 
     def adopt_phase(self, size: int) -> None:
         manifests = self.work / "bcd.json"
-        for i in range(1, self.cfg.runs + 1):
+        for i in range(1, self.cfg.runs_for(size) + 1):
             self.reset_adoption()
             self.floor("adopt", size, i, "adopt.sh", BCD_MANIFESTS=str(manifests))
             self.reset_adoption()
@@ -360,7 +368,7 @@ class Bench:
         if "adopt" not in self.cfg.scenarios:
             raise BenchError("the rollout scenario needs the adopt scenario before it (BENCH_SCENARIOS)")
         mu = self.cfg.max_unavailable
-        for i in range(1, self.cfg.runs + 1):
+        for i in range(1, self.cfg.runs_for(size) + 1):
             image = digest_image(f"bench-{size}-ours-{i}-{time.time_ns()}")
             self.wait_fleet(size)
             self.playbook("rollout", size, i, "rollout.yml", "-e", f"bcd_image={image}",
@@ -376,7 +384,7 @@ class Bench:
         if self.logs.exists():
             shutil.rmtree(self.logs)
         self.logs.mkdir(parents=True)
-        say(f"sizes {self.cfg.sizes}, {self.cfg.runs} run(s) each, scenarios {self.cfg.scenarios}, "
+        say(f"sizes {self.cfg.sizes}, runs {[self.cfg.runs_for(n) for n in self.cfg.sizes]}, scenarios {self.cfg.scenarios}, "
             f"maxUnavailable {self.cfg.max_unavailable}")
         failed = None
         try:
@@ -437,7 +445,7 @@ class Bench:
             if loads else None,
             "started_at": self.started_at.isoformat(timespec="seconds"),
             "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "runs_per_point": self.cfg.runs, "max_unavailable": self.cfg.max_unavailable,
+            "runs_per_point": {str(n): self.cfg.runs_for(n) for n in self.cfg.sizes}, "max_unavailable": self.cfg.max_unavailable,
             "floor_poll_interval_s": self.cfg.floor_poll_interval,
         }
 
