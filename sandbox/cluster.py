@@ -689,16 +689,21 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     ensure_nodes(sdir, state["gpu_nodes"])
     ensure_objects(sdir)
     _wait_default_sa(sdir)
-    service = control_plane_service()
-    if service is None:
-        say(CONTROL_PLANE_MISSING)
-    else:
-        service.start(sdir, sdir / "kubeconfig")
+    _start_control_plane(sdir)
     say(f"sandbox: up in {time.monotonic() - t0:.1f}s at {sdir}: {state['gpu_nodes']} GPU node(s) "
         f"(gpu-node-1..{state['gpu_nodes']}) and {len(CPU_NODES)} CPU node(s), Kubernetes "
         f"v{build.version_of(build.BY_NAME['kube-apiserver'])}")
     say(f"export KUBECONFIG={sdir / 'kubeconfig'}")
     return state
+
+
+def _start_control_plane(sdir: Path) -> None:
+    """Start the control-plane emulator against ``<dir>/kubeconfig``, or say it is missing."""
+    service = control_plane_service()
+    if service is None:
+        say(CONTROL_PLANE_MISSING)
+    else:
+        service.start(sdir, sdir / "kubeconfig")
 
 
 def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None) -> dict[str, Any]:
@@ -732,11 +737,7 @@ def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None) -> dic
     if since is not None:
         wait_kwok_ready(sdir, since)
     ensure_objects(sdir)
-    service = control_plane_service()
-    if service is None:
-        say(CONTROL_PLANE_MISSING)
-    else:
-        service.start(sdir, sdir / "kubeconfig")
+    _start_control_plane(sdir)
     say(f"sandbox: attached in {time.monotonic() - t0:.1f}s to the cluster of {kubeconfig}: {state['gpu_nodes']} "
         f"simulated GPU node(s) and {len(CPU_NODES)} CPU node(s)")
     return state

@@ -20,7 +20,7 @@ import copy
 import json
 import math
 
-from ansible.module_utils.bcd_kube import pod_ready, pod_state  # noqa: F401 - the rollout's modules take them from here
+from ansible.module_utils.bcd_kube import pod_state
 
 REVISION_LABEL = "controller-revision-hash"
 BCD_CONTAINER = "bcd"

@@ -142,7 +142,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import KubeError, node_ready, path, selector
+from ansible.module_utils.bcd_kube import KubeError, node_ready, path, pod_ready, pod_state, selector
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -160,9 +160,7 @@ from ansible.module_utils.bcd_rollout import (
     fatal,
     newest_revision,
     plan,
-    pod_ready,
     pod_revision,
-    pod_state,
     pods_by_node,
     revision_hash,
     short,

@@ -468,7 +468,10 @@ class Listener:
             except OSError:
                 return
             self.connections += 1
-            conn.close()
+            self._accepted(conn)
+
+    def _accepted(self, conn) -> None:
+        conn.close()
 
     def close(self) -> None:
         self._stop = True
@@ -494,14 +497,8 @@ class Proxy(Listener):
             self.client_ctx = ssl.create_default_context(cafile=upstream_ca)
         super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+    def _accepted(self, conn) -> None:
+        threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn) -> None:
         import socket
