@@ -89,13 +89,20 @@ class Kube:
                 return None
             raise
 
-    def list(self, path: str, query: dict | None = None, limit: int = 500) -> list[dict]:
-        """Every item of a list, following ``continue`` tokens, ``limit`` per page."""
+    def list(self, path: str, query: dict | None = None, limit: int = 500, keep=None) -> list[dict]:
+        """Every item of a list, following ``continue`` tokens, ``limit`` per page.
+
+        ``keep``: a function applied to each item as its page arrives (for example
+        :func:`slim_pod`), so that a large list (1,000 pods) is never held whole, only the
+        fields the caller reads.
+        """
         items, token = [], None
         while True:
             page = self.request("GET", path, {**(query or {}), "limit": limit, "continue": token})
-            items.extend(page.get("items") or [])
+            got = page.get("items") or []
+            items.extend(map(keep, got) if keep else got)
             token = (page.get("metadata") or {}).get("continue")
+            del page, got
             if not token:
                 return items
 
@@ -148,6 +155,33 @@ def condition(obj: dict, ctype: str) -> str | None:
 
 def node_ready(node: dict) -> bool:
     return condition(node, "Ready") == "True"
+
+
+def _pick(obj: dict | None, keys: tuple[str, ...]) -> dict:
+    return {k: obj[k] for k in keys if k in (obj or {})}
+
+
+def slim_pod(pod: dict) -> dict:
+    """The fields of a Pod that :func:`pod_ready`, :func:`pod_state` and the rollout read (names,
+    uid, labels, owners, timestamps, node, container images, phase, conditions and container
+    statuses), without the rest (managedFields, volumes, env, ...): about a tenth of the size."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    out_meta = _pick(meta, ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp"))
+    out_meta["ownerReferences"] = [_pick(o, ("kind", "name", "uid")) for o in meta.get("ownerReferences") or []]
+    return {
+        "metadata": out_meta,
+        "spec": {"nodeName": spec.get("nodeName"),
+                 "containers": [_pick(c, ("name", "image")) for c in spec.get("containers") or []]},
+        "status": _pick(pod.get("status"), ("phase", "reason", "message", "conditions", "initContainerStatuses",
+                                           "containerStatuses")),
+    }
+
+
+def slim_node(node: dict) -> dict:
+    """The name, labels and conditions of a Node (what selection and :func:`node_ready` read)."""
+    return {"metadata": _pick(node.get("metadata"), ("name", "labels", "uid")),
+            "status": {"conditions": (node.get("status") or {}).get("conditions") or []}}
 
 
 def pod_ready(pod: dict | None) -> bool:

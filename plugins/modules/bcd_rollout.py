@@ -20,7 +20,7 @@ description:
     C(bcd_rollout_force)) or the DaemonSet does not exist.
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete). It waits
     for the DaemonSet controller to see it, then deletes the pods not on the newest revision
-    one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
+    (8 DELETE requests in flight at once) one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
     C(bcd_rollout_max_unavailable), a count or a percentage of the selected Nodes rounded up)
     and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
     rolled Node has a Ready pod on the new revision and image, and its bcd node still reports
@@ -139,10 +139,20 @@ healthy:
 import datetime as dt
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import KubeError, node_ready, path, pod_ready, pod_state, selector
+from ansible.module_utils.bcd_kube import (
+    KubeError,
+    node_ready,
+    path,
+    pod_ready,
+    pod_state,
+    selector,
+    slim_node,
+    slim_pod,
+)
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -169,6 +179,8 @@ from ansible.module_utils.bcd_rollout import (
 )
 
 FIELD_MANAGER = "bcd-ansible"
+# A stage's pods are deleted this many at a time (under the client's connection pool, 5 per CPU).
+DELETE_WORKERS = 8
 
 
 def _now() -> dt.datetime:
@@ -215,11 +227,11 @@ class Rollout:
 
     def pods(self, ds: dict) -> dict[str, dict]:
         labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
-        items = self.kube.list(path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None})
+        items = self.kube.list(path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None}, keep=slim_pod)
         return pods_by_node(items, ds["metadata"]["uid"])
 
     def selected(self) -> dict[str, dict]:
-        nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None})
+        nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)
         return {n["metadata"]["name"]: n for n in nodes}
 
     def cp_nodes(self, names) -> dict[str, dict]:
@@ -365,6 +377,19 @@ class Rollout:
                 raise
         self.changed = True
 
+    def delete_pods(self, pods: list[dict]) -> None:
+        """Delete ``pods`` (a stage's: up to maxUnavailable of them) with DELETE_WORKERS requests in
+        flight at once rather than one after the other; the first failure, once all are done."""
+        if len(pods) <= 1:
+            for pod in pods:
+                self.delete_pod(pod)
+            return
+        with ThreadPoolExecutor(max_workers=min(DELETE_WORKERS, len(pods))) as pool:
+            errors = [f.exception() for f in [pool.submit(self.delete_pod, pod) for pod in pods]]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+
     def renew(self, force: bool = False) -> None:
         """Renew our lock Lease (every third of its duration); LostLock when another run holds it."""
         if not self.p.get("lock") or not self.p.get("run"):
@@ -408,7 +433,7 @@ class Rollout:
         """Wait until every node in ``nodes`` is healthy on ``revision``/``image``; {} or node -> why."""
         deadline = time.monotonic() + self.inv.bcd_rollout_gate_timeout
         problems: dict[str, str] = {}
-        pause = min(0.5, self.interval)  # new pods often turn healthy within a second: look early, then every interval
+        pause = min(0.25, self.interval)  # new pods often turn healthy within a second: look early, then back off to interval
         while True:
             self.renew()
             try:
@@ -434,7 +459,7 @@ class Rollout:
             if remaining <= 0:
                 return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
             time.sleep(min(pause, remaining))
-            pause = min(pause * 2, self.interval)
+            pause = min(pause * 1.5, self.interval)
 
     def run(self) -> None:
         previous = self.p.get("previous") or []
@@ -471,11 +496,13 @@ class Rollout:
                 record = {"name": stage["name"], "nodes": stage["nodes"], "started_at": _rfc3339(), "outcome": "running"}
                 stages_out.append(record)
                 current = self.pods(ds)
+                doomed = []
                 for node in stage["nodes"]:
                     stage_of[node] = stage["name"]
                     pod = current.get(node)
                     if pod is not None and pod_revision(pod) != revision:
-                        self.delete_pod(pod)
+                        doomed.append(pod)
+                self.delete_pods(doomed)
                 rolled += stage["nodes"]
                 problems = self.gate(ds, rolled, revision, target, baseline, timings)
                 record["seconds"] = round(time.monotonic() - t0, 1)
@@ -530,11 +557,9 @@ class Rollout:
                 self.apply(with_strategy(obj, ON_DELETE) if obj.get("kind") == "DaemonSet" else obj)
             ds = self.observed()
             revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-            replaced = []
-            for node, pod in self.pods(ds).items():
-                if pod_revision(pod) != revision:
-                    self.delete_pod(pod)
-                    replaced.append(node)
+            stale = {node: pod for node, pod in self.pods(ds).items() if pod_revision(pod) != revision}
+            self.delete_pods(list(stale.values()))
+            replaced = list(stale)
             out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)
             timings.clear()
             timings["_stage"] = time.monotonic()

@@ -233,3 +233,48 @@ def test_apply_diff_shows_what_changes_line_by_line_and_ignores_bookkeeping():
     assert lines[0] == "--- ConfigMap bcd-system/bcd-config (applied)"
     assert '-    log_level = "info"' in lines and '+    log_level = "debug"' in lines
     assert "     a = 1" in lines, "a multi-line value is diffed line by line"
+
+
+def full_pod(name, node, status):
+    """A pod as the API returns it: slim_pod's fields plus the bulk it drops."""
+    p = pod(name, node, status=status)
+    p["metadata"]["managedFields"] = [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}] * 3
+    p["metadata"]["ownerReferences"][0].update(apiVersion="apps/v1", controller=True, blockOwnerDeletion=True)
+    p["spec"].update(volumes=[{"name": "cfg", "configMap": {"name": "bcd"}}] * 4, tolerations=[{"operator": "Exists"}],
+                     initContainers=[{"name": "join", "image": IMAGE, "command": ["bcd", "join"]}])
+    p["spec"]["containers"][0].update(env=[{"name": "X", "value": "1"}], volumeMounts=[{"name": "cfg", "mountPath": "/etc/bcd"}])
+    p["status"].update(hostIP="10.0.0.1", podIPs=[{"ip": "10.0.0.2"}], qosClass="BestEffort")
+    return p
+
+
+@pytest.mark.parametrize("status", [
+    {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+     "containerStatuses": [{"name": "bcd", "ready": True, "restartCount": 0, "state": {"running": {}}}]},
+    {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+     "containerStatuses": [{"name": "bcd", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "x"}}}]},
+    {"phase": "Pending", "initContainerStatuses": [{"name": "join", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]},
+    {"phase": "Failed", "reason": "Evicted"},
+])
+def test_a_slim_pod_reads_as_the_whole_pod(status):
+    """The rollout and the node report list pods through slim_pod (issue 9: memory at 1,000
+    nodes); every reading they make of a pod gives the same answer on the slim copy."""
+    from ansible.module_utils.bcd_kube import pod_ready, pod_state, slim_pod
+    from ansible.module_utils.bcd_rollout import container_image, pod_revision
+
+    whole = full_pod("bcd-x", "n1", status)
+    slim = slim_pod(whole)
+    for read in (pod_ready, pod_state, fatal, pod_revision, container_image):
+        assert read(slim) == read(whole), read.__name__
+    assert pods_by_node([slim], "u1")["n1"]["metadata"]["name"] == "bcd-x"
+    assert "managedFields" not in slim["metadata"] and "volumes" not in slim["spec"]
+    assert len(str(slim)) < len(str(whole)) / 2
+
+
+def test_a_slim_node_keeps_its_name_labels_and_readiness():
+    from ansible.module_utils.bcd_kube import node_ready, slim_node
+
+    node = {"metadata": {"name": "n1", "labels": {"a": "b"}, "uid": "u", "managedFields": [{}] * 5},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "images": [{"names": ["x"]}] * 50}}
+    slim = slim_node(node)
+    assert slim["metadata"] == {"name": "n1", "labels": {"a": "b"}, "uid": "u"} and node_ready(slim)
+    assert "images" not in slim["status"]
