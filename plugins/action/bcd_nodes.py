@@ -2,9 +2,11 @@
 
 Runs on the controller. Each run of the bcd_nodes module lists the selected Nodes once and then
 polls the control plane (ceil(pool nodes / 500) nodes.list calls a poll) every ``interval``
-seconds for up to 60 s; it returns early when every Node reports, or when the count changed and
-10 s passed, so progress (n of N) is printed as nodes arrive. Without ``wait`` it runs the module
-once.
+seconds for up to 60 s (never past the wait's limit, which the module knows from the inventory);
+it returns early when every Node reports, or when the count changed and 30 s passed, so progress
+(n of N) is printed as nodes arrive. Few module runs matter: each costs a Python start and a
+Node list, and on a 2-core machine takes CPU from the cluster it waits for. Without ``wait`` it
+runs the module once.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ class ActionModule(ActionBase):
         polls = 0
         cp_requests = 0
         while True:
-            # the first run polls once (the limit comes from its answer); later runs poll up to 60 s
-            slice_s = 0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic() - interval))
-            res = self._poll(args, task_vars, diagnose=False, poll_for=slice_s, interval=interval)
+            # each run polls up to 60 s; the first one caps that at the limit itself (it reads
+            # bcd_join_timeout and counts the Nodes), and its answer gives the limit for later runs
+            slice_s = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic() - interval))
+            res = self._poll({**args, "timeout": timeout}, task_vars, diagnose=False, poll_for=slice_s, interval=interval)
             polls += res.get("polls", 1)
             if res.get("failed"):
                 return res

@@ -43,14 +43,15 @@ options:
       - Internal to the O(wait) action plugin. Seconds this run may keep polling the control plane
         (C(nodes.list) only; the Nodes are listed once per run) before it returns. It returns
         earlier when every selected Node reports, or when the count changed and at least
-        O(progress_every) seconds passed, so the action plugin can print progress.
+        O(progress_every) seconds passed, so the action plugin can print progress. Never past
+        the wait's own limit (O(timeout), else C(bcd_join_timeout), else 300 + 2 per Node).
       - 0 (the default) polls once.
     type: float
     default: 0
   progress_every:
     description: Internal to the O(wait) action plugin; see O(poll_for). Seconds.
     type: float
-    default: 10
+    default: 30
 extends_documentation_fragment:
   - bcd
   - bcd.control_plane
@@ -118,7 +119,17 @@ polls:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import Kube, KubeError, node_ready, path, pod_ready, pod_state, selector
+from ansible.module_utils.bcd_kube import (
+    Kube,
+    KubeError,
+    node_ready,
+    path,
+    pod_ready,
+    pod_state,
+    selector,
+    slim_node,
+    slim_pod,
+)
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -131,7 +142,8 @@ from ansible.module_utils.bcd_module import (
 
 def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, dict]) -> dict[str, str]:
     pods = kube.list(path("pods", namespace=inv.bcd_namespace),
-                     {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})})
+                     {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})},
+                     keep=slim_pod)
     by_node = {}
     for pod in pods:
         if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
@@ -179,7 +191,7 @@ def main() -> None:
             "timeout": {"type": "int"},
             "interval": {"type": "float", "default": 2},
             "poll_for": {"type": "float", "default": 0},
-            "progress_every": {"type": "float", "default": 10},
+            "progress_every": {"type": "float", "default": 30},
         },
         supports_check_mode=True,
     )
@@ -187,7 +199,8 @@ def main() -> None:
     cp = control_plane(module, inv)
     kube_api = kube(module, inv)
     try:
-        k8s_nodes = {n["metadata"]["name"]: n for n in kube_api.list(path("nodes"), {"labelSelector": selector(inv.bcd_node_selector) or None})}
+        k8s_nodes = {n["metadata"]["name"]: n for n in kube_api.list(path("nodes"), {"labelSelector": selector(inv.bcd_node_selector) or None},
+                                                                     keep=slim_node)}
     except KubeError as exc:
         module.fail_json(msg=f"listing the selected Nodes: {exc}")
     names = sorted(k8s_nodes)
@@ -196,6 +209,9 @@ def main() -> None:
     started = time.monotonic()
     first = None
     polls = 0
+    interval = max(module.params["interval"], 0.1)
+    limit = module.params["timeout"] or inv.bcd_join_timeout or (300 + 2 * len(names))
+    poll_for = min(module.params["poll_for"], limit - interval)
     while True:
         known = {}
         try:
@@ -208,8 +224,7 @@ def main() -> None:
         have = sum(1 for name in names if (known.get(name) or {}).get("state") in NODE_STATES_REPORTING)
         first = have if first is None else first
         elapsed = time.monotonic() - started
-        interval = max(module.params["interval"], 0.1)
-        if (have == len(names) or elapsed + interval > module.params["poll_for"]
+        if (have == len(names) or elapsed + interval > poll_for
                 or (have != first and elapsed >= module.params["progress_every"])):
             break
         time.sleep(interval)
