@@ -294,9 +294,11 @@ class Bench:
     # -- states ---------------------------------------------------------------------------------
 
     def reset_adoption(self) -> None:
-        """No bcd namespace (waited until gone) and no node known to the control plane."""
-        self.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=900s", timeout=960)
-        forgotten = self.admin.forget_nodes()
+        """No bcd namespace (waited until gone), no unrevoked token and no node known to the control plane."""
+        from sandbox.api import Sandbox
+
+        forgotten = Sandbox(self.sdir).unadopt(self.cp, self.cpvars["bcd_tenant"], self.cpvars["bcd_pool"],
+                                               namespace=NAMESPACE, timeout=900, admin=self.admin)
         # the control plane must not know any selected Node any more
         left = [n for n in self.cp.list_nodes(self.cpvars["bcd_tenant"], self.cpvars["bcd_pool"])]
         if left:

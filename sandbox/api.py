@@ -147,6 +147,51 @@ class Sandbox:
                         raise
                 time.sleep(0.2)
 
+    def unadopt(self, cp=None, tenant: str | None = None, pool: str | None = None, *, namespace: str = "bcd-system",
+                timeout: float = 180.0, admin=None) -> list[str]:
+        """Put the cluster back as not adopted, whatever ran before (tests and ``make bench``):
+
+        - no fault set in the control-plane emulator;
+        - with ``cp`` (an ``ansible.module_utils.bcd_cp.Client``), no unrevoked join token in
+          ``tenant``/``pool``;
+        - no ``namespace`` (deleted, then waited for until gone, up to ``timeout`` seconds, else
+          ``TimeoutError``);
+        - no node known to the control plane (the emulator forgets them).
+
+        ``admin``: the emulator's ``Admin`` client (default: one for this sandbox). Returns the
+        hostnames the emulator forgot.
+        """
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        from sandbox.control_plane.admin import Admin
+
+        admin = admin or Admin.for_sandbox(self.dir)
+        admin.clear_faults()
+        if cp is not None:
+            for tok in cp.list_tokens(tenant, pool):
+                if not tok.get("revokedAt"):
+                    cp.revoke_token(tenant, tok["id"])
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            try:
+                core.delete_namespace(namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    core.read_namespace(namespace)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        break
+                    raise
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"sandbox: namespace {namespace} did not go within {timeout:g} s")
+                time.sleep(1)
+        return admin.forget_nodes()
+
     def control_plane_vars(self) -> dict[str, Any]:
         """The inventory variables the control-plane emulator wrote to ``<dir>/control-plane.yml``."""
         path = self.dir / "control-plane.yml"

@@ -27,21 +27,10 @@ def world(sandbox):
 
 def _fresh(w: World) -> None:
     """Back to a fresh sandbox for the tests after this package: no faults, no extra Node, no
-    bcd namespace, no node known to the control plane, no unrevoked token of this cluster."""
-    from kubernetes.client.rest import ApiException
-
-    w.admin.clear_faults()
+    bcd namespace, no node known to the control plane, no unrevoked token."""
     for node in w.core.list_node(label_selector=EXTRA_NODE_LABEL).items:
         w.core.delete_node(node.metadata.name)
-    for tok in w.unrevoked():
-        w.cp.revoke_token(w.vars["bcd_tenant"], tok["id"])
-    try:
-        w.core.delete_namespace(w.namespace)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-    w.wait(lambda: not w.namespace_exists(), timeout=180, why="the bcd namespace to go")
-    w.admin.forget_nodes()
+    w.sandbox.unadopt(w.cp, w.vars["bcd_tenant"], w.vars["bcd_pool"], namespace=w.namespace, admin=w.admin)
 
 
 def _ready(sandbox, world, image: bool):

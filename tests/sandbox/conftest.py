@@ -36,26 +36,4 @@ def unadopted(sandbox, cp, cpvars):
     """A cluster not adopted yet, whatever ran before (``pytest.mark.usefixtures("unadopted")``):
     no fault set, no unrevoked token, no bcd namespace (waited until gone), no node known to the
     control plane."""
-    import time
-
-    from kubernetes import client as k8s
-    from kubernetes.client.rest import ApiException
-
-    from sandbox.control_plane.admin import Admin
-
-    admin = Admin.for_sandbox(sandbox.dir)
-    admin.clear_faults()
-    for tok in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]):
-        if not tok.get("revokedAt"):
-            cp.revoke_token(cpvars["bcd_tenant"], tok["id"])
-    core = k8s.CoreV1Api(sandbox.api_client())
-    try:
-        core.delete_namespace("bcd-system")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-    deadline = time.monotonic() + 180
-    while any(ns.metadata.name == "bcd-system" for ns in core.list_namespace().items):
-        assert time.monotonic() < deadline, "the bcd-system namespace did not go within 180 s"
-        time.sleep(1)
-    admin.forget_nodes()
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
