@@ -182,7 +182,7 @@ from ansible.module_utils.bcd_rollout import (
 )
 
 FIELD_MANAGER = "bcd-ansible"
-# A stage's pods are deleted this many at a time (under the client's connection pool, 5 per CPU).
+# A stage's pods are deleted this many at a time (at most the client's connection pool, 5 per CPU).
 DELETE_WORKERS = 8
 
 
@@ -387,7 +387,8 @@ class Rollout:
             for pod in pods:
                 self.delete_pod(pod)
             return
-        with ThreadPoolExecutor(max_workers=min(DELETE_WORKERS, len(pods))) as pool:
+        pool_size = int(getattr(self.kube.client.configuration, "connection_pool_maxsize", 0) or DELETE_WORKERS)
+        with ThreadPoolExecutor(max_workers=max(1, min(DELETE_WORKERS, pool_size, len(pods)))) as pool:
             errors = [f.exception() for f in [pool.submit(self.delete_pod, pod) for pod in pods]]
         first = next((e for e in errors if e is not None), None)
         if first is not None:
