@@ -170,6 +170,11 @@ def revision_hash(revision: dict | None) -> str | None:
     return name[len(owner) + 1:] if owner and name.startswith(owner + "-") else None
 
 
+def generation_seen(ds: dict) -> bool:
+    """Whether the DaemonSet controller has seen the DaemonSet's latest generation."""
+    return int((ds.get("status") or {}).get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0)
+
+
 def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, dict]:
     """Node name -> the DaemonSet's pod there that is not terminating (the newest if several)."""
     out: dict[str, dict] = {}

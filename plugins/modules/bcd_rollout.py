@@ -171,6 +171,7 @@ from ansible.module_utils.bcd_rollout import (
     digest,
     failing,
     fatal,
+    generation_seen,
     newest_revision,
     plan,
     pod_revision,
@@ -277,7 +278,7 @@ class Rollout:
                    "rollout.yml only moves an adopted cluster to a new image")
             self.finish_status(None, {}, {}, {}, None, msg, [], [], [])
         revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-        generation_seen = int((ds.get("status") or {}).get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0)
+        seen = generation_seen(ds)
         pods = self.pods(ds)
         nodes = self.selected()
         cpn = self.cp_nodes(nodes)
@@ -294,7 +295,7 @@ class Rollout:
                 incomplete.append({"node": name, "why": f"pod {pod['metadata']['name']} runs revision {pod_revision(pod)} "
                                                         f"({short(container_image(pod))}), not the DaemonSet's {revision} "
                                                         f"({short(container_image(ds))})"})
-        if not generation_seen:
+        if not seen:
             incomplete.insert(0, {"node": "-", "why": "the DaemonSet controller has not seen the latest DaemonSet yet"})
         refuse = None
         if unhealthy or incomplete:
@@ -427,7 +428,7 @@ class Rollout:
             ds = self.daemonset()
             if ds is None:
                 raise KubeError(f"DaemonSet {self.ns}/{self.name} disappeared")
-            if int((ds.get("status") or {}).get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0):
+            if generation_seen(ds):
                 return ds
             if time.monotonic() > deadline:
                 raise KubeError(f"the DaemonSet controller did not see DaemonSet {self.ns}/{self.name} generation "
@@ -444,7 +445,7 @@ class Rollout:
             return True, "gone"  # the full check says so
         st = ds.get("status") or {}
         desired = int(st.get("desiredNumberScheduled") or 0)
-        ok = (int(st.get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0)
+        ok = (generation_seen(ds)
               and int(st.get("numberReady") or 0) >= desired
               and (expect_updated is None or int(st.get("updatedNumberScheduled") or 0) >= expect_updated))
         return ok, ds["metadata"].get("resourceVersion")
