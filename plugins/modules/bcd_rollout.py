@@ -28,7 +28,11 @@ description:
     Ready (failed, crash-looping 3 times, an invalid image) fails the gate at once. Between
     these checks (which list the pods and the pool's nodes) it reads only the DaemonSet, and
     checks again when its controller counts every pod Ready and the stage's pods updated, or
-    after 2 O(interval) seconds.
+    after 2 O(interval) seconds or four times as long as the last check took, whichever is
+    longer (at 1,000 nodes a check lists 20 MB of pods, so it does not compete for the API
+    server with the rollout it checks). The pods a stage deletes are those the previous stage's
+    passing check listed (each DELETE names the pod's uid, so a pod replaced since is never
+    deleted).
   - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
     (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
     previous revision, waits up to C(bcd_rollout_gate_timeout) for them to be healthy, re-applies
@@ -185,6 +189,9 @@ from ansible.module_utils.bcd_rollout import (
 FIELD_MANAGER = "bcd-ansible"
 # A stage's pods are deleted this many at a time (at most the client's connection pool, 5 per CPU).
 DELETE_WORKERS = 8
+# A full check of the gate (every pod of the DaemonSet and the pool's nodes) runs again no sooner
+# than this many times its own duration after it ended: about a fifth of the time at most.
+CHECK_SPACING = 4
 
 
 def _now() -> dt.datetime:
@@ -219,6 +226,7 @@ class Rollout:
         self.last_renewal = time.monotonic()
         self.changed = False
         self.notes: list[str] = []
+        self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -457,6 +465,7 @@ class Rollout:
             cpn = self.cp_nodes(nodes)
         except (KubeError, ControlPlaneError) as exc:
             return dict.fromkeys(nodes, f"cannot check: {exc}"), False
+        self.listed = pods
         problems: dict[str, str] = {}
         for node in nodes:
             pod = pods.get(node)
@@ -479,13 +488,16 @@ class Rollout:
         about a second of the API server's CPU and ours, so between full checks the gate reads
         only the DaemonSet, every 0.25 s backing off to 1 s. A full check runs when the DaemonSet
         controller counts every pod Ready and ``expect_updated`` pods updated (and its status
-        changed since the last full check), at least every ``2 * interval`` seconds anyway (so a
-        crash-looping pod, or a node that stops reporting, is seen), and once at the timeout."""
+        changed since the last full check), and once at the timeout. Otherwise it runs every
+        ``2 * interval`` seconds anyway (so a crash-looping pod, or a node that stops reporting,
+        is seen), or ``CHECK_SPACING`` times as long as the last one took after it ended if that
+        is longer: under load a check of 1,000 pods takes seconds, and back to back they would
+        take the API server's CPU from the pods being replaced."""
         started = time.monotonic()
         deadline = started + self.inv.bcd_rollout_gate_timeout
         quick = min(0.25, self.interval)
         full_every = max(2 * self.interval, 1.0)
-        last_full, last_version = started, None
+        last_full, last_version, spacing = started, None, full_every
         while True:
             self.renew()
             try:
@@ -494,9 +506,11 @@ class Rollout:
                 ok, version = False, None  # the full checks, on their schedule, say what is wrong
             now = time.monotonic()
             final = now >= deadline
-            if final or (ok and version != last_version) or now - last_full >= full_every:
-                last_full, last_version = now, version
+            if final or (ok and version != last_version) or now - last_full >= spacing:
+                last_version = version
                 problems, is_fatal = self.check(ds, nodes, revision, image, baseline, timings)
+                last_full = time.monotonic()
+                spacing = max(full_every, CHECK_SPACING * (last_full - now))
                 if is_fatal or not problems:
                     return problems
                 if final:
@@ -526,6 +540,7 @@ class Rollout:
                                      "apply the new template (OnDelete) before state=run")
             revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
             pods = self.pods(ds)
+            self.listed = pods
             nodes = self.selected()
             baseline = self.cp_nodes(nodes)
             start_images = {n: container_image(p) for n, p in pods.items()}
@@ -539,11 +554,12 @@ class Rollout:
                 timings["_stage"] = t0
                 record = {"name": stage["name"], "nodes": stage["nodes"], "started_at": _rfc3339(), "outcome": "running"}
                 stages_out.append(record)
-                current = self.pods(ds)
+                # the pods the last passing check listed (or the first list): listing 1,000 pods
+                # again costs seconds; a pod replaced since keeps its new uid and is not deleted
                 doomed = []
                 for node in stage["nodes"]:
                     stage_of[node] = stage["name"]
-                    pod = current.get(node)
+                    pod = self.listed.get(node)
                     if pod is not None and pod_revision(pod) != revision:
                         doomed.append(pod)
                 self.delete_pods(doomed)
