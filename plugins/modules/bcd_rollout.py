@@ -28,11 +28,12 @@ description:
     Ready (failed, crash-looping 3 times, an invalid image) fails the gate at once. Between
     these checks (which list the pods and the pool's nodes) it reads only the DaemonSet, and
     checks again when its controller counts every pod Ready and the stage's pods updated, or
-    after 2 O(interval) seconds or four times as long as the last check took, whichever is
-    longer (at 1,000 nodes a check lists 20 MB of pods, so it does not compete for the API
-    server with the rollout it checks). The pods a stage deletes are those the previous stage's
-    passing check listed (each DELETE names the pod's uid, so a pod replaced since is never
-    deleted).
+    after max(2 O(interval), 1) seconds, or four times as long as the last successful check
+    took if that is longer, but never more than 15 seconds (at 1,000 nodes a check lists 20 MB
+    of pods; spaced out, checks do not take the API server's CPU from the rollout they check).
+    The pods the first stage deletes are those listed at the start; the pods a later stage
+    deletes are those the previous stage's passing check listed (each DELETE names the pod's
+    uid, so a pod replaced since is never deleted).
   - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
     (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
     previous revision, waits up to C(bcd_rollout_gate_timeout) for them to be healthy, re-applies
@@ -192,6 +193,7 @@ DELETE_WORKERS = 8
 # A full check of the gate (every pod of the DaemonSet and the pool's nodes) runs again no sooner
 # than this many times its own duration after it ended: about a fifth of the time at most.
 CHECK_SPACING = 4
+CHECK_SPACING_MAX = 15.0  # seconds: however slow the checks, a fatal pod is seen within this
 
 
 def _now() -> dt.datetime:
@@ -489,10 +491,12 @@ class Rollout:
         only the DaemonSet, every 0.25 s backing off to 1 s. A full check runs when the DaemonSet
         controller counts every pod Ready and ``expect_updated`` pods updated (and its status
         changed since the last full check), and once at the timeout. Otherwise it runs every
-        ``2 * interval`` seconds anyway (so a crash-looping pod, or a node that stops reporting,
-        is seen), or ``CHECK_SPACING`` times as long as the last one took after it ended if that
-        is longer: under load a check of 1,000 pods takes seconds, and back to back they would
-        take the API server's CPU from the pods being replaced."""
+        ``max(2 * interval, 1)`` seconds anyway (so a crash-looping pod, or a node that stops
+        reporting, is seen), or ``CHECK_SPACING`` times as long as the last successful check took,
+        after it ended, if that is longer, at most ``CHECK_SPACING_MAX`` seconds: under load a
+        check of 1,000 pods takes seconds, and back to back they would take the API server's CPU
+        from the pods being replaced. A check that could not list (an API or control-plane error,
+        which may have taken its whole timeout) does not lengthen the spacing."""
         started = time.monotonic()
         deadline = started + self.inv.bcd_rollout_gate_timeout
         quick = min(0.25, self.interval)
@@ -508,9 +512,11 @@ class Rollout:
             final = now >= deadline
             if final or (ok and version != last_version) or now - last_full >= spacing:
                 last_version = version
+                listed = self.listed
                 problems, is_fatal = self.check(ds, nodes, revision, image, baseline, timings)
                 last_full = time.monotonic()
-                spacing = max(full_every, CHECK_SPACING * (last_full - now))
+                took = last_full - now if self.listed is not listed else 0.0  # 0: it could not list
+                spacing = max(full_every, min(CHECK_SPACING * took, CHECK_SPACING_MAX))
                 if is_fatal or not problems:
                     return problems
                 if final:
