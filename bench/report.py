@@ -92,9 +92,13 @@ def _runs(per_point) -> str:
     if isinstance(per_point, dict):
         counts = set(per_point.values())
         if len(counts) == 1:
-            return f"{counts.pop()} runs"
+            return _plural(counts.pop())
         return "runs (" + ", ".join(f"{v} at {k} nodes" for k, v in per_point.items()) + ")"
-    return f"{per_point} runs"
+    return _plural(per_point)
+
+
+def _plural(n) -> str:
+    return "1 run (the median of one run is that run)" if n == 1 else f"{n} runs"
 
 
 def _fmt(x) -> str:
