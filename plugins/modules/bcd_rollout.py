@@ -460,26 +460,29 @@ class Rollout:
               and (expect_updated is None or int(st.get("updatedNumberScheduled") or 0) >= expect_updated))
         return ok, ds["metadata"].get("resourceVersion")
 
-    def check(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict, timings: dict) -> tuple[dict, bool]:
-        """The full check of the gate: (node -> why not healthy, whether one of them is fatal)."""
+    def check(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict,
+              timings: dict) -> tuple[dict, bool, bool]:
+        """The full check of the gate: (node -> why not healthy, whether one of them is fatal,
+        whether it could list the pods and the pool's nodes; if so, the pods are kept in
+        ``self.listed``)."""
         try:
             pods = self.pods(ds)
             cpn = self.cp_nodes(nodes)
         except (KubeError, ControlPlaneError) as exc:
-            return dict.fromkeys(nodes, f"cannot check: {exc}"), False
+            return dict.fromkeys(nodes, f"cannot check: {exc}"), False, False
         self.listed = pods
         problems: dict[str, str] = {}
         for node in nodes:
             pod = pods.get(node)
             why = (fatal(pod) if pod is not None and pod_revision(pod) == revision else None)
             if why:
-                return {node: why, **problems}, True
+                return {node: why, **problems}, True, True
             why = self.problem(node, pod, cpn.get(node), revision, image, baseline)
             if why:
                 problems[node] = why
             elif node not in timings:
                 timings[node] = round(time.monotonic() - timings.get("_stage", self.started), 1)
-        return problems, False
+        return problems, False, True
 
     def gate(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict, timings: dict,
              expect_updated: int | None = None) -> dict[str, str]:
@@ -512,10 +515,9 @@ class Rollout:
             final = now >= deadline
             if final or (ok and version != last_version) or now - last_full >= spacing:
                 last_version = version
-                listed = self.listed
-                problems, is_fatal = self.check(ds, nodes, revision, image, baseline, timings)
+                problems, is_fatal, listed = self.check(ds, nodes, revision, image, baseline, timings)
                 last_full = time.monotonic()
-                took = last_full - now if self.listed is not listed else 0.0  # 0: it could not list
+                took = last_full - now if listed else 0.0
                 spacing = max(full_every, min(CHECK_SPACING * took, CHECK_SPACING_MAX))
                 if is_fatal or not problems:
                     return problems
