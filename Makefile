@@ -13,7 +13,15 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 .PHONY: setup lint test test-unit test-sandbox test-molecule test-long demo sandbox sandbox-down \
         sandbox-status sandbox-build bench clean
 
-setup: $(STAMP)
+# The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
+# ansible.cfg (collections_path) and the tests (tests/conftest.py) find it by that name.
+COLL_LINK := collections/ansible_collections/bcd/kubernetes
+
+setup: $(STAMP) $(COLL_LINK)
+
+$(COLL_LINK):
+	mkdir -p $(dir $(COLL_LINK))
+	ln -sfn ../../.. $(COLL_LINK)
 
 $(STAMP): requirements.txt requirements.yml scripts/install_collections.py
 	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11)"; exit 1; }
