@@ -178,7 +178,7 @@ def render(data: dict) -> str:
                 f"| {_cell(e.get('scenario', key))} | {_cell(runs)} | {_cell(outcome)} | {_cell(e.get('result', ''))} | "
                 f"{_cell(_figures(e.get('figures') or {}))} | {_cell(e.get('suite', ''))}, {_cell(e.get('date', ''))} "
                 f"({_cell(e.get('commit', ''))}, {e.get('seconds', '?')} s) |")
-    out += ["", "Tests: `tests/reliability/` (scenarios against the sandbox) and `tests/unit/test_model_property.py`",
+    out += ["", "Tests: `tests/reliability/` (scenarios against the sandbox) and `tests/unit/plugins/module_utils/test_model_property.py`",
             "(hypothesis). Run one with `.venv/bin/pytest tests/reliability/test_secrets.py`; the row is updated when it",
             "ends.", ""]
     return "\n".join(out)

@@ -3,7 +3,7 @@ INVALID_CONFIG naming the variable, with no traceback and no call to the control
 cluster.
 
 The invalid variables come from the same hypothesis generator as the in-process tests
-(tests/unit/test_model_property.py), over the sandbox's real settings, so a call, if one were
+(tests/unit/plugins/module_utils/test_model_property.py), over the sandbox's real settings, so a call, if one were
 made, would reach the emulator (its request counters must not move) or the cluster, which the
 runs reach only through a counting proxy (their kubeconfig points at it, as does $KUBECONFIG).
 
@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.reliability.harness import Proxy, first_failure, json_results
-from tests.unit.test_model_property import LINE, invalid_inventory
+from tests.unit.plugins.module_utils.test_model_property import LINE, invalid_inventory
 
 pytestmark = pytest.mark.sandbox
 

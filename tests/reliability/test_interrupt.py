@@ -44,7 +44,7 @@ def steps() -> list[str]:
             else:
                 out.append(task["name"])
 
-    for play in yaml.safe_load(Path(ROOT / "playbooks" / "adopt-cluster.yml").read_text()):
+    for play in yaml.safe_load(Path(ROOT / "playbooks" / "adopt_cluster.yml").read_text()):
         walk(play.get("tasks"))
     return out
 

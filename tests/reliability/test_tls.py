@@ -9,7 +9,7 @@ answer as the emulator does if its certificate were accepted; one more host goes
 with a good certificate and must get past the control plane (it then stops, on purpose, at a node
 selector that selects no Node). The proxies count TLS handshakes and the bytes they pass on: a
 refused certificate passes nothing. The http:// host points at a listener that counts
-connections. The client's rules themselves are tested in tests/unit/test_cp_client.py.
+connections. The client's rules themselves are tested in tests/unit/plugins/module_utils/test_cp_client.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.reliability.harness import Listener, Proxy, first_failure, json_results
-from tests.unit.test_cp_client import _ca_and_cert
+from tests.unit.plugins.module_utils.test_cp_client import _ca_and_cert
 
 pytestmark = pytest.mark.sandbox
 

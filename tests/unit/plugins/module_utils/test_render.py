@@ -247,7 +247,7 @@ def test_contract_file_matches_the_render():
 
 
 def test_jwk_goes_into_the_configmap():
-    from tests.unit.test_model import _jwk
+    from tests.unit.plugins.module_utils.test_model import _jwk
 
     jwk, pin = _jwk()
     pins = dict(base_vars()["bcd_pins"], join_encryption=pin)

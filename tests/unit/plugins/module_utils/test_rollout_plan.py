@@ -1,7 +1,7 @@
 """The staged rollout's rules (plugins/module_utils/bcd_rollout.py), without a cluster.
 
 What the sandbox shows end to end (a rollout, a rollback, the lock) is in
-tests/sandbox/test_rollout.py and the molecule scenario `rollout`.
+tests/integration/test_rollout.py and the molecule scenario `rollout`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The cluster-level rules and how they combine with node files, on objects shaped as the API
-returns them. (Reading them from a real API server is tested in tests/sandbox/test_gpu_stack.py.)
+returns them. (Reading them from a real API server is tested in tests/integration/test_gpu_stack.py.)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load_some
 
 from tests.helpers import run_module
-from tests.unit.test_gpu_isolation_packages import nvidia_ctk
+from tests.unit.plugins.modules.test_gpu_isolation_packages import nvidia_ctk
 
 KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 

@@ -297,7 +297,7 @@ def test_an_unreachable_gpu_node_is_unverifiable(tmp_path, gpu_names):
 def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     """Packages mode end to end: nvidia-ctk on each gpu_nodes host (folders), then the gate passes
     on node files read on the nodes; a node without access is unverifiable."""
-    from tests.unit.test_gpu_isolation_packages import nvidia_ctk
+    from tests.unit.plugins.modules.test_gpu_isolation_packages import nvidia_ctk
 
     # the cluster level isolated first (the ClusterPolicy; changes nothing after the tests above)
     first = run_playbook("gpu-stack.yml")
