@@ -10,7 +10,9 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 
-.PHONY: setup lint test test-unit test-sandbox test-molecule test-long demo sandbox sandbox-down \
+COLLECTION_TARBALL = bcd-kubernetes-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
+
+.PHONY: setup build ee-context lint test test-unit test-sandbox test-molecule test-long demo sandbox sandbox-down \
         sandbox-status sandbox-build bench clean
 
 # The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
@@ -23,11 +25,11 @@ $(COLL_LINK):
 	mkdir -p $(dir $(COLL_LINK))
 	ln -sfn ../../.. $(COLL_LINK)
 
-$(STAMP): requirements.txt requirements.yml scripts/install_collections.py
+$(STAMP): requirements.txt requirements-dev.txt requirements.yml scripts/install_collections.py
 	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	$(BIN)/python scripts/install_collections.py --dest collections
 	touch $(STAMP)
 
@@ -50,6 +52,17 @@ test: lint test-unit test-sandbox test-molecule
 
 test-long: setup
 	$(BIN)/pytest -m long
+
+# the collection tarball, as `ansible-galaxy collection install` takes it
+build: setup
+	mkdir -p out
+	$(BIN)/ansible-galaxy collection build --force --output-path out .
+
+# the execution environment's build context (execution-environment.yml), for podman/docker build
+ee-context: build
+	mkdir -p out/ee
+	cp out/$(COLLECTION_TARBALL) out/ee/bcd-kubernetes.tar.gz
+	$(BIN)/ansible-builder create -f execution-environment.yml --context context
 
 sandbox-build: setup
 	$(BIN)/python -m sandbox build

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make lint`: ansible-test sanity (the tests that need no container) on this collection.
+# ansible-test wants the collection at .../ansible_collections/bcd/kubernetes and follows no
+# symlink there, so it runs on a copy of the tracked (and new, not ignored) files in a temp
+# directory. Each sanity test runs in its own virtualenv (--venv) with the pinned tools
+# ansible-test brings (pylint, yamllint, ...), which pip takes from PyPI on the first run and
+# keeps under ~/.ansible/test/venv. Ignored checks and their reasons: tests/sanity/ignore-2.19.txt.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT/.venv/bin}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+dest=$work/ansible_collections/bcd/kubernetes
+mkdir -p "$dest"
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} sh -c '[ -e "{}" ] && printf "%s\0" "{}"' \
+  | tar --null -T - -cf -) | tar -C "$dest" -xf -
+cd "$dest"
+git init -q && git add -A
+# ansible-test bootstraps pip in each venv with get-pip.py from a host outside PyPI; where that
+# host is not reached, our stand-in (scripts/get_pip.py) does the same from PyPI.
+pip_version=$(sed -n "s/^ *pip='\\([0-9.]*\\)',\$/\\1/p" "$("$BIN/python" -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')/_internal/python_requirements.py" | head -1)
+if [ -n "$pip_version" ]; then
+  cache=~/.ansible/test/cache/get_pip_${pip_version//./_}.py
+  mkdir -p "$(dirname "$cache")"
+  { printf 'PIP_ENV = %s\n' "$("$BIN/python" -c 'import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith("PIP_")}))')"
+    cat "$ROOT/scripts/get_pip.py"; } > "$cache"
+fi
+"$BIN/ansible-test" sanity --python 3.11 --venv --color no "$@"

@@ -1,0 +1,145 @@
+"""The collection as a user installs it: built, installed into a fresh collections path, and
+called by FQCN from a user's own playbook in a directory outside the repository, with no
+ansible.cfg of ours, against the sandbox.
+
+The user's inventory is README's "Using it on your cluster" example, copied verbatim from
+README.md (its placeholders get the sandbox's values from a host_vars file beside it, which
+inventory precedence puts above the hosts file).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tests.helpers import ROOT, VENV_BIN, recap
+
+
+USER_PLAYBOOK = """\
+---
+- name: Adopt my GPU clusters with the collection's playbook
+  ansible.builtin.import_playbook: bcd.kubernetes.adopt_cluster
+
+- name: A play of my own that uses one of the collection's roles
+  hosts: clusters
+  gather_facts: false
+  connection: local
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: Render bcd's manifests with the collection's role
+      ansible.builtin.include_role:
+        name: bcd.kubernetes.bcd_daemonset
+        tasks_from: render
+
+    - name: Show the image the DaemonSet runs
+      ansible.builtin.debug:
+        msg: "user play: DaemonSet image {{ bcd_daemonset_render.config.bcd_image }}"
+"""
+
+
+def readme_inventory() -> str:
+    """The YAML block of README's "Using it on your cluster", as it is written there."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Using it on your cluster", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block, "README's 'Using it on your cluster' has no yaml block"
+    return block.group(1)
+
+
+def user_env(collections: Path, home: Path) -> dict[str, str]:
+    """The environment of a user's shell: our venv's tools on PATH, the fresh collections path,
+    and none of the repository's Ansible settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({"ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                "ANSIBLE_HOME": str(home), "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"})
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The built collection installed into a fresh collections path, with kubernetes.core taken
+    from ./collections (where `make setup` installed it: scripts/install_collections.py)."""
+    tmp = tmp_path_factory.mktemp("install")
+    build = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp), str(ROOT)],
+                           capture_output=True, text=True, check=False, cwd=tmp)
+    assert build.returncode == 0, build.stdout + build.stderr
+    tarball = next(tmp.glob("bcd-kubernetes-*.tar.gz"))
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    assert tarball.name == f"bcd-kubernetes-{version}.tar.gz"
+    core = ROOT / "collections" / "ansible_collections" / "kubernetes" / "core"
+    requirements = tmp / "requirements.yml"
+    requirements.write_text(yaml.safe_dump({"collections": [
+        {"name": str(tarball), "type": "file"},
+        {"name": str(core), "type": "dir"},
+    ]}))
+    dest = tmp / "collections"
+    install = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--offline",
+                              "-r", str(requirements), "-p", str(dest)],
+                             capture_output=True, text=True, check=False, cwd=tmp,
+                             env=user_env(dest, tmp / "ansible-home"))
+    assert install.returncode == 0, install.stdout + install.stderr
+    coll = dest / "ansible_collections" / "bcd" / "kubernetes"
+    assert (coll / "MANIFEST.json").is_file() and not (coll / "tests").exists() and not (coll / "sandbox").exists()
+    assert (dest / "ansible_collections" / "kubernetes" / "core" / "MANIFEST.json").is_file()
+    return dest
+
+
+def test_the_tarball_holds_the_collection_only(installed):
+    coll = installed / "ansible_collections" / "bcd" / "kubernetes"
+    for kept in ("playbooks/adopt_cluster.yml", "roles/bcd_daemonset/tasks/main.yml", "meta/runtime.yml",
+                 "plugins/modules/bcd_nodes.py", "templates/config.toml.j2", "CHANGELOG.rst", "LICENSE"):
+        assert (coll / kept).is_file(), kept
+    for left_out in ("bench", "molecule", ".venv", "collections", "ansible.cfg", "requirements-dev.txt"):
+        assert not (coll / left_out).exists(), left_out
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("unadopted")
+def test_a_users_playbook_adopts_the_sandbox_by_fqcn(sandbox, cp, cpvars, installed, tmp_path):
+    user = tmp_path / "my-ansible"
+    inventory = user / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(readme_inventory())
+    hosts = yaml.safe_load(readme_inventory())["clusters"]["hosts"]
+    assert len(hosts) == 1
+    host = next(iter(hosts))
+    # the sandbox's values in place of README's placeholders (the same lookups as inventories/sandbox)
+    sandbox_vars = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
+    sandbox_vars["sandbox_dir"] = str(sandbox.dir)
+    (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
+    (user / "site.yml").write_text(USER_PLAYBOOK)
+    assert not (user / "ansible.cfg").exists()
+
+    env = user_env(installed, tmp_path / "ansible-home")
+    run = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"], cwd=user, env=env,
+                         capture_output=True, text=True, timeout=900, check=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    assert recap(run.stdout)[host]["failed"] == 0
+    assert "user play: DaemonSet image registry.example.com/better-compute/bcd" in out
+
+    # adopted: every GPU node reports; the token was revoked; the Secret is gone
+    core = k8s.CoreV1Api(sandbox.api_client())
+    gpu = sorted(n.metadata.name for n in core.list_node(label_selector="nvidia.com/gpu.present=true").items)
+    nodes = {n["hostname"]: n for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
+    assert gpu and all(nodes.get(name, {}).get("state") in ("adopting", "ready") for name in gpu), nodes
+    mine = [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])
+            if t.get("description", "").startswith(f"bcd-ansible cluster={host} ")]
+    assert mine and all(t["revokedAt"] for t in mine)
+    assert core.list_namespaced_secret("bcd-system", field_selector="metadata.name=bcd-join").items == []
+
+
+def test_ansible_doc_finds_the_modules_by_fqcn(installed, tmp_path):
+    env = user_env(installed, tmp_path / "ansible-home")
+    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "bcd.kubernetes.bcd_nodes"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "bcd.kubernetes.bcd_nodes" in run.stdout
+    assert str(installed) in run.stdout  # from the installed collection, not this checkout
