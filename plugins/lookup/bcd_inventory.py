@@ -35,6 +35,8 @@ _raw:
 import re
 
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import collection_version
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import VERSION_KEY
 
 INCLUDE = re.compile(r"^bcd_")
 EXCLUDE = re.compile(r"^(bcd_api_key|bcd_daemonset_.*)$")
@@ -47,6 +49,9 @@ class LookupModule(LookupBase):
         names = sorted(n for n in variables if INCLUDE.match(n) and not EXCLUDE.match(n))
         values = self._templar.template([variables[n] for n in names])
         out = dict(zip(names, values, strict=True))
+        # the collection's version, read here on the controller (galaxy.yml or MANIFEST.json), for
+        # the control-plane client's User-Agent: a module runs from a zip that has neither
+        out[VERSION_KEY] = collection_version(__file__)
         if SECRET in variables:
             key = self._templar.template(variables[SECRET])
             if key is not None and not isinstance(key, str):

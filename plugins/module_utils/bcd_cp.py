@@ -29,7 +29,38 @@ RETRYABLE_STATUS = (429, 502, 503, 504)
 # client refuses is not.
 DROPPED = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 NODE_STATES_REPORTING = ("adopting", "ready", "draining")
-USER_AGENT = "bcd-ansible/0.1 (+control-plane-api.md)"
+
+
+def collection_version(start: str | None = None) -> str:
+    """The collection's version, read where it lives: galaxy.yml of a checkout, or MANIFEST.json
+    of an installed collection, found from this file upwards. ``"unknown"`` when neither is
+    there (a module runs from Ansible's zipped payload: its callers pass the version the lookup
+    bcd_inventory read on the controller)."""
+    import json
+    import os
+
+    here = os.path.dirname(os.path.abspath(start or __file__))
+    for _ in range(4):  # plugins/module_utils -> plugins -> the collection's root
+        manifest = os.path.join(here, "MANIFEST.json")
+        galaxy = os.path.join(here, "galaxy.yml")
+        try:
+            if os.path.isfile(manifest):
+                with open(manifest) as f:
+                    return str(json.load(f)["collection_info"]["version"])
+            if os.path.isfile(galaxy):
+                with open(galaxy) as f:
+                    for line in f:
+                        if line.startswith("version:"):
+                            return line.split(":", 1)[1].strip().strip("'\"")
+        except (OSError, ValueError, KeyError):
+            break
+        here = os.path.dirname(here)
+    return "unknown"
+
+
+def user_agent(version: str | None = None) -> str:
+    """``bcd-ansible/<collection version> (+control-plane-api.md)``."""
+    return f"bcd-ansible/{version or collection_version()} (+control-plane-api.md)"
 
 
 class ControlPlaneError(Exception):
@@ -53,12 +84,13 @@ class Client:
     ``base_url``: https URL, may carry a base path. ``api_key``: bearer key, else
     ``$BETTER_COMPUTE_API_KEY``. ``ca_file``: PEM bundle to verify the server with, else the
     system trust store. ``timeout``: seconds per request. ``retry_budget``: seconds a call may
-    spend retrying retryable failures. ``sleep``/``clock`` are injectable for tests.
+    spend retrying retryable failures. ``sleep``/``clock`` are injectable for tests. ``version``:
+    the collection's version for the User-Agent (else read from galaxy.yml or MANIFEST.json).
     """
 
     def __init__(self, base_url: str, api_key: str | None = None, ca_file: str | None = None,
                  timeout: float = 30.0, retry_budget: float = 120.0, sleep=time.sleep, clock=time.monotonic,
-                 on_retry=None):
+                 on_retry=None, version: str | None = None):
         parts = urlsplit(base_url or "")
         if parts.scheme != "https" or not parts.hostname:
             raise ControlPlaneError("INVALID_INPUT", f"bcd_control_plane_url {base_url!r} must be an https:// URL; nothing was sent")
@@ -69,6 +101,7 @@ class Client:
         self._sleep = sleep
         self._clock = clock
         self.on_retry = on_retry
+        self.user_agent = user_agent(version)
         self.requests = 0
         ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -81,7 +114,7 @@ class Client:
     # -- transport ------------------------------------------------------------------------
 
     def _once(self, method: str, path: str, body: dict | None, auth: bool, procedure: str) -> dict:
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")

@@ -742,6 +742,11 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
     return lines
 
 
+# The collection's version, which lookup('bcd.kubernetes.bcd_inventory') adds to the mapping it
+# returns (the control-plane client's User-Agent); not an inventory variable.
+VERSION_KEY = "_bcd_collection_version"
+
+
 def load_some(variables: dict, names: tuple[str, ...]) -> Any:
     """Validate only the variables ``names`` (with the model's own rules), for playbooks that
     need a few of them (gpu-stack.yml and doctor.yml run without bcd_image, bcd_pins, ...).
@@ -755,6 +760,7 @@ def load_some(variables: dict, names: tuple[str, ...]) -> Any:
 
     if not isinstance(variables, dict):
         raise ConfigError(["INVALID_CONFIG: inventory: the bcd_* variables must be a mapping"])
+    variables = {k: v for k, v in variables.items() if k != VERSION_KEY}
     lines = []
     for k in sorted(variables, key=str):
         if not isinstance(k, str) or not k.startswith("bcd_"):
@@ -794,6 +800,7 @@ def load(variables: dict, required: tuple[str, ...] = ()) -> Inventory:
     """
     if not isinstance(variables, dict):
         raise ConfigError(["INVALID_CONFIG: inventory: the bcd_* variables must be a mapping"])
+    variables = {k: v for k, v in variables.items() if k != VERSION_KEY}
     stray = sorted(k for k in variables if not isinstance(k, str) or not k.startswith("bcd_"))
     lines = [f"INVALID_CONFIG: {k}: not a bcd_* variable" for k in stray]
     clean = {k: v for k, v in variables.items() if k not in stray}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
     SECRET_VARIABLES,
+    VERSION_KEY,
     ConfigError,
     Inventory,
     load,
@@ -70,8 +71,11 @@ def control_plane(module, inv: Inventory, on_retry=None):
     if not inv.bcd_control_plane_url:
         module.fail_json(msg="INVALID_CONFIG: bcd_control_plane_url: is required by this playbook")
     try:
+        config = module.params.get("config")
+        version = config.get(VERSION_KEY) if isinstance(config, dict) else None
         return Client(inv.bcd_control_plane_url, api_key=key, ca_file=inv.bcd_control_plane_ca_file,
-                      retry_budget=inv.bcd_control_plane_timeout, on_retry=on_retry)
+                      retry_budget=inv.bcd_control_plane_timeout, on_retry=on_retry,
+                      version=version if isinstance(version, str) else None)
     except ControlPlaneError as exc:
         module.fail_json(msg=str(exc))
     except (OSError, ValueError) as exc:  # an unreadable CA file

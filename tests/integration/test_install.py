@@ -20,7 +20,6 @@ from kubernetes import client as k8s
 
 from tests.helpers import ROOT, VENV_BIN, recap
 
-
 USER_PLAYBOOK = """\
 ---
 - name: Adopt my GPU clusters with the collection's playbook

@@ -313,3 +313,44 @@ def test_error_messages_never_hold_the_key(server):
 ])
 def test_trust_forecast(pool, trust):
     assert trust_forecast(pool) == trust
+
+
+def test_user_agent_carries_the_version_of_galaxy_yml():
+    import yaml
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import collection_version
+
+    from tests.helpers import ROOT
+
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    assert collection_version() == version
+    assert Client("https://cp.example.com").user_agent == f"bcd-ansible/{version} (+control-plane-api.md)"
+    # a module runs from a zip without galaxy.yml: the version the lookup read is passed in
+    assert Client("https://cp.example.com", version="7.1.0").user_agent.startswith("bcd-ansible/7.1.0 ")
+
+
+def test_an_installed_collection_reads_its_version_from_manifest_json(tmp_path):
+    import json
+
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import collection_version
+
+    utils = tmp_path / "ansible_collections" / "bcd" / "kubernetes" / "plugins" / "module_utils"
+    utils.mkdir(parents=True)
+    (utils.parents[1] / "MANIFEST.json").write_text(json.dumps({"collection_info": {"version": "2.3.4"}}))
+    assert collection_version(str(utils / "bcd_cp.py")) == "2.3.4"
+    assert collection_version(str(tmp_path / "elsewhere" / "x.py")) == "unknown"
+
+
+def test_the_inventory_lookup_passes_the_version_and_the_model_ignores_it(tmp_path):
+    import yaml
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import VERSION_KEY, load
+
+    from tests.helpers import ROOT, base_vars, run_playbook
+
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.debug": {"msg": "version={{ lookup('bcd.kubernetes.bcd_inventory')['" + VERSION_KEY + "'] }}"}}]}]))
+    run = run_playbook(str(play), "-i", "localhost,", "-c", "local")
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"version={version}" in run.stdout
+    load({**base_vars(), VERSION_KEY: version})  # not refused as a stray variable
