@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # `make lint`: ansible-test sanity (the tests that need no container) on this collection.
 # ansible-test wants the collection at .../ansible_collections/bcd/kubernetes and follows no
-# symlink there, so it runs on a copy of the tracked (and new, not ignored) files in a temp
-# directory. Each sanity test runs in its own virtualenv (--venv) with the pinned tools
+# symlink there, so it runs on the built collection, unpacked in a temp directory. Each sanity test runs in its own virtualenv (--venv) with the pinned tools
 # ansible-test brings (pylint, yamllint, ...), which pip takes from PyPI on the first run and
 # keeps under ~/.ansible/test/venv. Ignored checks and their reasons: tests/sanity/ignore-2.19.txt.
 set -euo pipefail
@@ -12,10 +11,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 dest=$work/ansible_collections/bcd/kubernetes
 mkdir -p "$dest"
-(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} sh -c '[ -e "{}" ] && printf "%s\0" "{}"' \
-  | tar --null -T - -cf -) | tar -C "$dest" -xf -
+# what the collection ships (galaxy.yml's build_ignore leaves out the sandbox, the bench, the
+# tests and local state), plus the sanity ignore file
+"$BIN/ansible-galaxy" collection build --force --output-path "$work" "$ROOT" >/dev/null
+tar -C "$dest" -xzf "$work"/bcd-kubernetes-*.tar.gz
+mkdir -p "$dest/tests/sanity"
+cp "$ROOT"/tests/sanity/ignore-*.txt "$dest/tests/sanity/" 2>/dev/null || true
 cd "$dest"
-git init -q && git add -A
 # ansible-test bootstraps pip in each venv with get-pip.py from a host outside PyPI; where that
 # host is not reached, our stand-in (scripts/get_pip.py) does the same from PyPI.
 pip_version=$(sed -n "s/^ *pip='\\([0-9.]*\\)',\$/\\1/p" "$("$BIN/python" -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')/_internal/python_requirements.py" | head -1)

@@ -35,8 +35,7 @@ _raw:
 import re
 
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import collection_version
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import VERSION_KEY
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import VERSION_KEY, collection_version
 
 INCLUDE = re.compile(r"^bcd_")
 EXCLUDE = re.compile(r"^(bcd_api_key|bcd_daemonset_.*)$")

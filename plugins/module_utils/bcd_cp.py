@@ -30,17 +30,18 @@ RETRYABLE_STATUS = (429, 502, 503, 504)
 DROPPED = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 NODE_STATES_REPORTING = ("adopting", "ready", "draining")
 
+# The collection's version, which lookup('bcd.kubernetes.bcd_inventory') adds to the mapping it
+# returns, for the User-Agent; not an inventory variable (the inventory model leaves it out).
+VERSION_KEY = "_bcd_collection_version"
+
 
 def collection_version(start: str | None = None) -> str:
     """The collection's version, read where it lives: galaxy.yml of a checkout, or MANIFEST.json
     of an installed collection, found from this file upwards. ``"unknown"`` when neither is
     there (a module runs from Ansible's zipped payload: its callers pass the version the lookup
     bcd_inventory read on the controller)."""
-    import json
-    import os
-
     here = os.path.dirname(os.path.abspath(start or __file__))
-    for _ in range(4):  # plugins/module_utils -> plugins -> the collection's root
+    for _level in range(4):  # plugins/module_utils -> plugins -> the collection's root
         manifest = os.path.join(here, "MANIFEST.json")
         galaxy = os.path.join(here, "galaxy.yml")
         try:

@@ -20,6 +20,7 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import VERSION_KEY
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import (
     PinError,
     is_pin,
@@ -741,10 +742,6 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
         lines.append(f"INVALID_CONFIG: {_path(loc) or 'inventory'}: {msg}")
     return lines
 
-
-# The collection's version, which lookup('bcd.kubernetes.bcd_inventory') adds to the mapping it
-# returns (the control-plane client's User-Agent); not an inventory variable.
-VERSION_KEY = "_bcd_collection_version"
 
 
 def load_some(variables: dict, names: tuple[str, ...]) -> Any:

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_config: validate the bcd_* variables before anything else runs."""
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ options:
     default: []
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

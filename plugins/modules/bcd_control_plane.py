@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_control_plane: preflight against the bcd control plane."""
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ options:
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -74,7 +77,7 @@ trust:
   returned: success
   type: str
 warnings_text:
-  description: Warnings for the operator (tenant-controlled nodes add no capacity).
+  description: Warnings for the operator (tenant-controlled nodes add no capacity), also returned as Ansible warnings.
   returned: success
   type: list
   elements: str
@@ -149,6 +152,8 @@ def main() -> None:
             "(placement excludes them; seed: Trust). Set the pool's policy.kubernetes.platformOperated to true only if "
             "the platform itself operates this cluster."
         )
+    for warning in warnings:
+        module.warn(warning)  # a real Ansible warning: [WARNING] on the console, counted by AWX
     module.exit_json(
         changed=False,
         discovery={"gateway_url": gateway.get("url"), "gateway_name": gateway.get("name"), "site": disc.get("site"), "join_key_pin": pin},

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_gpu_isolation: prove, node by node, that bcd is the only source of GPUs."""
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ options:
         that is not C(isolated) gives a warning here; the role's gate fails only when this is true.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -121,7 +125,7 @@ attributes:
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -202,7 +206,7 @@ node:
         where: {description: "The file (as on the node) or C(Kind/name) of the object.", type: str}
         message: {description: What is wrong., type: str}
         fix: {description: What to change., type: str}
-    files_read: {description: Every runtime, hook and toolkit file read., type: list, elements: str}
+    files_read: {description: 'Every runtime, hook and toolkit file read.', type: list, elements: str}
     runtimes:
       description: Each runtime that runs the NVIDIA toolkit (C(name), C(file), C(key), C(binary), C(toolkit_configs)).
       type: list

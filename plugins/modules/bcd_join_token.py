@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_join_token: mint a hosted join token into its Secret, or revoke it."""
 
 from __future__ import annotations
@@ -57,15 +59,16 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: Mints nothing, revokes nothing, writes nothing; RV(changed) says whether it would.
+    details: Mints nothing, revokes nothing, writes nothing; C(changed) says whether it would.
   diff_mode:
     support: none
     details: The Secret is never diffed, it holds the token.
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_lock: a Lease that keeps two bcd-ansible runs on one cluster apart."""
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ description:
   - The Lease is bookkeeping that lives only while a run works; taking and releasing it is not
     reported as a change.
 options:
+  config:
+    description:
+      - The C(bcd_*) variables (C(lookup('bcd.kubernetes.bcd_inventory'))), usually from the action
+        group's C(module_defaults). When given, O(namespace), O(name), O(ttl), O(kubeconfig) and
+        O(context) default to C(bcd_namespace), C(<bcd_name>-ansible-lock), C(bcd_lock_ttl),
+        C(bcd_kubeconfig) and C(bcd_kube_context).
+    type: dict
+  api_key:
+    description: Accepted so that C(module_defaults) of the action group apply; not used.
+    type: str
   kubeconfig:
     description: Kubeconfig of the cluster.
     type: path
@@ -27,13 +39,11 @@ options:
     description: Kubeconfig context.
     type: str
   namespace:
-    description: The bcd namespace (C(bcd_namespace)).
+    description: The bcd namespace (C(bcd_namespace)); required without O(config).
     type: str
-    required: true
   name:
-    description: The Lease's name.
+    description: The Lease's name; required without O(config).
     type: str
-    required: true
   run:
     description: This run's id; with the user, host and process it makes the holder identity.
     type: str
@@ -44,13 +54,14 @@ options:
     choices: [present, absent]
     default: present
   ttl:
-    description: Seconds the lock lasts without renewal (C(bcd_lock_ttl)).
+    description: Seconds the lock lasts without renewal (C(bcd_lock_ttl); 1800 without O(config)).
     type: int
-    default: 1800
   wait:
     description: Seconds to wait for a lock another live run holds; 0 refuses at once.
     type: int
     default: 0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -58,7 +69,7 @@ attributes:
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -93,6 +104,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import inventory
 
 HOLDER_RE = re.compile(r"^(?P<user>[^@\s]*)@(?P<host>\S+) pid=(?P<pid>\d+) run=(?P<run>\S+)$")
 
@@ -147,18 +159,29 @@ def _alive_here(holder: str) -> bool | None:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
+            "config": {"type": "dict"},
+            "api_key": {"type": "str", "no_log": True},
             "kubeconfig": {"type": "path"},
             "context": {"type": "str"},
-            "namespace": {"type": "str", "required": True},
-            "name": {"type": "str", "required": True},
+            "namespace": {"type": "str"},
+            "name": {"type": "str"},
             "run": {"type": "str", "required": True},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "ttl": {"type": "int", "default": 1800},
+            "ttl": {"type": "int"},
             "wait": {"type": "int", "default": 0},
         },
+        required_one_of=[("config", "namespace"), ("config", "name")],
         supports_check_mode=True,
     )
     p = module.params
+    if p["config"] is not None:
+        inv = inventory(module)
+        p["namespace"] = p["namespace"] or inv.bcd_namespace
+        p["name"] = p["name"] or f"{inv.bcd_name}-ansible-lock"
+        p["ttl"] = p["ttl"] or int(inv.bcd_lock_ttl)
+        p["kubeconfig"] = p["kubeconfig"] or inv.bcd_kubeconfig
+        p["context"] = p["context"] or inv.bcd_kube_context
+    p["ttl"] = p["ttl"] or 1800
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

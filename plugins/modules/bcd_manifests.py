@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_manifests: render bcd's Namespace, ConfigMap and DaemonSet."""
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ options:
     required: true
   required:
     description:
-      - Variables this playbook needs beyond the model's own required ones (see M(bcd_config)).
+      - Variables this playbook needs beyond the model's own required ones (see M(bcd.kubernetes.bcd_config)).
     type: list
     elements: str
     default: []
   new_files:
     description:
-      - Variables naming files this playbook will create; each must not exist yet (see M(bcd_config)).
+      - Variables naming files this playbook will create; each must not exist yet (see M(bcd.kubernetes.bcd_config)).
     type: list
     elements: str
     default: []
@@ -46,14 +48,15 @@ options:
     type: path
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: In check mode O(dest) is not written; RV(changed) says whether it would be.
+    details: In check mode O(dest) is not written; C(changed) says whether it would be.
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -72,7 +75,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 config:
-  description: Every C(bcd_*) variable, validated and normalised, as M(bcd_config) returns it (never C(bcd_api_key)).
+  description: Every C(bcd_*) variable, validated and normalised, as M(bcd.kubernetes.bcd_config) returns it (never C(bcd_api_key)).
   returned: success
   type: dict
 label_selector:

@@ -1,9 +1,9 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_nodes: which selected Nodes report to the control plane, and why not."""
 
 from __future__ import annotations
-
-import time
 
 DOCUMENTATION = r"""
 ---
@@ -56,13 +56,14 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -116,6 +117,8 @@ polls:
   returned: success
   type: int
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (

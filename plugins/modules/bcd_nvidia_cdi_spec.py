@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_nvidia_cdi_spec: generate the node's CDI specification with UUID device names."""
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ options:
     description: The C(nvidia-ctk) binary; a bare name is looked up on PATH.
     type: str
     default: nvidia-ctk
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -36,7 +40,7 @@ attributes:
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_nvidia_toolkit_config: set the toolkit's GPU-isolation keys with nvidia-ctk config."""
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ options:
     description: Keep a timestamped copy of the file before changing it (as C(ansible.builtin.copy) does).
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -40,7 +44,7 @@ attributes:
   diff_mode:
     support: full
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

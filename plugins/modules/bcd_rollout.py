@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_rollout: roll bcd's DaemonSet to a new render in stages, with health gates."""
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: partial
@@ -84,7 +87,7 @@ attributes:
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -32,17 +32,28 @@ AFTER_CLEANUP = "Count again the nodes that do not report"
 
 
 def steps() -> list[str]:
-    """The names of adopt-cluster.yml's own tasks, in order (blocks and always: included)."""
+    """The names of adopt-cluster.yml's own tasks, in order (blocks and always: included), and
+    of the bcd_daemonset task files that hold its flow (preflight, lock -> work -> release)."""
     out = []
+    role_tasks = ROOT / "roles" / "bcd_daemonset" / "tasks"
+    flow = {"preflight", "todo", "locked", "join.yml", "join_cleanup.yml"}
 
-    def walk(tasks):
+    def walk(tasks, given=None):
         for task in tasks or []:
             if "block" in task:
-                walk(task["block"])
-                walk(task.get("rescue"))
-                walk(task.get("always"))
-            else:
-                out.append(task["name"])
+                walk(task["block"], given)
+                walk(task.get("rescue"), given)
+                walk(task.get("always"), given)
+                continue
+            out.append(task["name"])
+            role = task.get("ansible.builtin.include_role") or {}
+            target = role.get("tasks_from") if role.get("name") == "bcd.kubernetes.bcd_daemonset" else None
+            target = target or task.get("ansible.builtin.include_tasks")
+            if isinstance(target, str) and target.startswith("{{"):
+                target = (given or {}).get(target.strip("{} "))
+            if target in flow:
+                name = target if target.endswith(".yml") else f"{target}.yml"
+                walk(yaml.safe_load((role_tasks / name).read_text()), {**(given or {}), **task.get("vars", {})})
 
     for play in yaml.safe_load(Path(ROOT / "playbooks" / "adopt_cluster.yml").read_text()):
         walk(play.get("tasks"))

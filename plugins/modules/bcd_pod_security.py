@@ -1,0 +1,115 @@
+#!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd_pod_security: which namespaces let pods mount host paths (read only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: bcd_pod_security
+short_description: Check that Pod Security keeps other pods away from bcd's host paths
+description:
+  - Lists the cluster's namespaces and finds those whose pods may run privileged or mount host
+    paths, so they could read C(/var/lib/bcd) and act as the node (seed, Host paths and Pod
+    Security). A namespace is open when it has no C(pod-security.kubernetes.io/enforce) label
+    or enforces C(privileged); C(bcd_namespace) and C(bcd_privileged_namespaces) are allowed.
+  - Open namespaces are an Ansible warning, or, with C(bcd_require_pod_security), a failure
+    naming them. A cluster-wide default set in the API server's admission configuration is not
+    visible through the API, hence a warning rather than a refusal by default.
+  - Changes nothing.
+version_added: 1.0.0
+options:
+  api_key:
+    description: Accepted so that C(module_defaults) of the action group apply; not used.
+    type: str
+extends_documentation_fragment:
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Check Pod Security
+  bcd.kubernetes.bcd_pod_security:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
+"""
+
+RETURN = r"""
+open_namespaces:
+  description: The namespaces whose pods may mount host paths, sorted.
+  returned: success
+  type: list
+  elements: str
+  sample: [default, ml-team]
+namespaces:
+  description: The names of every namespace the cluster has.
+  returned: success
+  type: list
+  elements: str
+  sample: [bcd-system, default, kube-system]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    inventory,
+    kube,
+)
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def open_namespaces(namespaces: list[dict], allowed: set[str]) -> list[str]:
+    """Names of the namespaces not in ``allowed`` that do not enforce baseline or restricted."""
+    out = []
+    for ns in namespaces:
+        meta = ns.get("metadata") or {}
+        name = meta.get("name")
+        if name in allowed:
+            continue
+        if (meta.get("labels") or {}).get(ENFORCE, "privileged") == "privileged":
+            out.append(name)
+    return sorted(out)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, **KUBE_OPTIONS},
+        supports_check_mode=True,
+    )
+    inv = inventory(module)
+    k = kube(module, inv)
+    try:
+        namespaces = k.list(path("namespaces"), keep=lambda ns: {"metadata": {
+            "name": (ns.get("metadata") or {}).get("name"), "labels": (ns.get("metadata") or {}).get("labels")}})
+    except KubeError as exc:
+        module.fail_json(msg=f"Pod Security: cannot list the namespaces: {exc}")
+    found = open_namespaces(namespaces, {inv.bcd_namespace, *inv.bcd_privileged_namespaces})
+    names = sorted((ns.get("metadata") or {}).get("name") for ns in namespaces)
+    if found and inv.bcd_require_pod_security:
+        module.fail_json(
+            msg=f"bcd_require_pod_security: namespaces {', '.join(found)} let pods mount host paths (no {ENFORCE} "
+                "label or enforce=privileged); label them baseline or restricted, or list them in "
+                "bcd_privileged_namespaces. Nothing was changed and no token minted.",
+            open_namespaces=found, namespaces=names)
+    if found:
+        module.warn(
+            f"Pod Security lets pods in {', '.join(found)} run privileged or mount host paths (no {ENFORCE} label, "
+            "or enforce=privileged; a cluster-wide default set in the API server's admission configuration is not "
+            "visible here). Any such pod can read /var/lib/bcd and act as the node: label workload namespaces "
+            "baseline or restricted (seed: Host paths and Pod Security).")
+    module.exit_json(changed=False, open_namespaces=found, namespaces=names)
+
+
+if __name__ == "__main__":
+    main()
