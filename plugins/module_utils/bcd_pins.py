@@ -1,4 +1,4 @@
-"""Public-key pins and JWKs, as ../shared/design/control-plane-api.md (Pins) defines them.
+"""Public-key pins and JWKs, as docs/control-plane-api.md (Pins) defines them.
 
 A pin is ``sha256/`` + the standard base64 (with padding, 44 characters) of the SHA-256 digest
 of the DER-encoded SubjectPublicKeyInfo of a public key (the HPKP form, RFC 7469). Pins are

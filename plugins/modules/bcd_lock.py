@@ -117,6 +117,11 @@ def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _utc(t: dt.datetime | None) -> str:
+    """One format for every time a message shows: 2026-01-31T12:00:00Z (UTC, whole seconds)."""
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t else "?"
+
+
 def _parse(text: str | None) -> dt.datetime | None:
     if not text:
         return None
@@ -257,8 +262,8 @@ def main() -> None:
                 module.warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
             module.exit_json(changed=False, holder=me, took_over=took, waited=round(time.monotonic() - started, 1))
         if time.monotonic() - started >= p["wait"]:
-            since = spec.get("acquireTime") or "?"
-            module.fail_json(msg=f"locked by {holder} (since {since}, until {expires.isoformat() if expires else '?'}); "
+            since = _parse(spec.get("acquireTime"))
+            module.fail_json(msg=f"locked by {holder} (since {_utc(since)}, until {_utc(expires)}); "
                                  f"another bcd-ansible run works on this cluster ({where}). Try again when it ends.",
                              holder=holder)
         time.sleep(min(5.0, max(0.5, p["wait"] - (time.monotonic() - started))))
