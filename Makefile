@@ -36,6 +36,8 @@ $(STAMP): requirements.txt requirements-dev.txt requirements.yml scripts/install
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/antsibull-changelog lint
+	scripts/sanity.sh
 
 test-unit: setup
 	$(BIN)/pytest -m "not sandbox and not long" --durations=15
@@ -83,4 +85,4 @@ bench: setup
 	$(BIN)/python -m bench
 
 clean: sandbox-down
-	rm -rf $(VENV) collections .pytest_cache .ruff_cache
+	rm -rf $(VENV) collections .pytest_cache .ruff_cache out context

@@ -1,3 +1,5 @@
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Lookup: every bcd_* variable of the current host, as one mapping, for our modules."""
 
 from __future__ import annotations

@@ -743,7 +743,6 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
     return lines
 
 
-
 def load_some(variables: dict, names: tuple[str, ...]) -> Any:
     """Validate only the variables ``names`` (with the model's own rules), for playbooks that
     need a few of them (gpu-stack.yml and doctor.yml run without bcd_image, bcd_pins, ...).

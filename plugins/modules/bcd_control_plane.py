@@ -33,6 +33,9 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.control_plane
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
   diff_mode:

@@ -119,6 +119,9 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller, or with O(scope=node) on a GPU node.
   check_mode:
     support: full
     details: Reads only; runs the same in check mode.

@@ -61,6 +61,9 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
     details: Mints nothing, revokes nothing, writes nothing; C(changed) says whether it would.

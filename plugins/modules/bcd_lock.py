@@ -63,6 +63,9 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
     details: In check mode the Lease is read, never written; a held lock is still reported.
@@ -135,7 +138,7 @@ def _playbook_pid() -> int:
     """The pid of the ansible-playbook process this module runs under (the topmost ancestor
     whose command line runs ansible-playbook), else our parent's."""
     pid, found = os.getppid(), None
-    for _ in range(16):
+    for _step in range(16):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
             stat = open(f"/proc/{pid}/stat").read()

@@ -50,6 +50,9 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
     details: In check mode O(dest) is not written; C(changed) says whether it would be.

@@ -58,6 +58,9 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
   diff_mode:

@@ -34,6 +34,9 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on a GPU node.
   check_mode:
     support: full
     details: Generates to a temporary file only and reports whether the specification would change.

@@ -38,6 +38,9 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on a GPU node.
   check_mode:
     support: full
     details: Runs C(nvidia-ctk config) to stdout only and reports the change it would make.

@@ -81,6 +81,9 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: partial
     details: C(state=status) is read-only and runs in check mode; C(state=run) changes nothing in check mode.

@@ -22,6 +22,9 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
   diff_mode:
