@@ -94,3 +94,13 @@ def test_documented_options_are_the_argument_spec(module):
         assert doc.get("default") == spec.get("default"), name
         assert doc.get("choices") == spec.get("choices"), name
         assert bool(doc.get("required")) == bool(spec.get("required")), name
+
+
+def test_readme_and_argument_specs_defaults_are_the_models():
+    """README's Default column and the argument specs' default: come from the inventory model
+    (scripts/gen_docs.py writes them); this fails when either drifts from it."""
+    import sys
+
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--check"], capture_output=True,
+                         text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
