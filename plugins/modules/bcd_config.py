@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_config
 short_description: Validate the bcd_* inventory variables with the inventory model
+version_added: 1.0.0
 description:
   - The first task of every bcd-ansible playbook. Validates every C(bcd_*) variable with the one
     inventory model (C(plugins/module_utils/bcd_model.py)) and returns the normalised values.

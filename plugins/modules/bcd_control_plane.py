@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_control_plane
 short_description: Check the bcd control plane before anything changes
+version_added: 1.0.0
 description:
   - Reaches the control plane at C(bcd_control_plane_url) (https only; the server certificate
     is verified against the system trust store or C(bcd_control_plane_ca_file)).

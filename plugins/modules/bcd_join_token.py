@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_join_token
 short_description: Mint a hosted join token straight into its Secret, or revoke it and delete the Secret
+version_added: 1.0.0
 description:
   - C(state=present) mints a multi-use join token with C(hosted=kubernetes) (C(joinTokens.create);
     max uses = O(max_uses) unless C(bcd_token_max_uses); TTL C(bcd_token_ttl); idempotency key

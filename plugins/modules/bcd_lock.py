@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_lock
 short_description: Take or release the bcd-ansible lock of a cluster (a coordination.k8s.io Lease)
+version_added: 1.0.0
 description:
   - One C(coordination.k8s.io/v1) Lease in the bcd namespace (C(<bcd_name>-ansible-lock)) says
     which bcd-ansible run works on the cluster, with its holder (user, host, process and run)

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_manifests
 short_description: Render the bcd DaemonSet manifests from the inventory
+version_added: 1.0.0
 description:
   - Validates every C(bcd_*) variable with the inventory model and renders, in apply order, the
     Namespace (labelled C(pod-security.kubernetes.io/enforce=privileged); only when

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_nodes
 short_description: Report, per selected Node, its bcd node, and why a Node does not report
+version_added: 1.0.0
 description:
   - Lists the Nodes C(bcd_node_selector) selects and the pool's nodes (C(nodes.list), every
     page, 500 a page) and matches them by name (a DaemonSet node's C(hostname) is its Kubernetes

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_nvidia_cdi_spec
 short_description: Generate the NVIDIA CDI specification with --device-name-strategy=uuid
+version_added: 1.0.0
 description:
   - Runs C(nvidia-ctk cdi generate --device-name-strategy=uuid) on a GPU node, as seed 000 (GPU
     isolation) requires, so bcd's device plugin can answer C(nvidia.com/gpu=<UUID>). The

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_nvidia_toolkit_config
 short_description: Make an NVIDIA container toolkit config.toml refuse NVIDIA_VISIBLE_DEVICES from unprivileged pods
+version_added: 1.0.0
 description:
   - Sets C(accept-nvidia-visible-devices-envvar-when-unprivileged = false) and
     C(accept-nvidia-visible-devices-as-volume-mounts = false) in one toolkit C(config.toml), as seed

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_rollout
 short_description: Roll bcd's DaemonSet to a new image in stages, gate each stage on health, roll back on failure
+version_added: 1.0.0
 description:
   - The engine of rollout.yml (issue 7; seed 000, Upgrades). Two states; the playbook applies
     the objects itself (kubernetes.core) between them.
