@@ -41,6 +41,8 @@ import os
 import re
 import stat
 
+from ansible.module_utils.bcd_runtime_config import load as load_runtime_config
+
 try:  # Python 3.11+
     import tomllib as _toml
 except ImportError:  # pragma: no cover - older Pythons on nodes
@@ -88,6 +90,8 @@ HOOK_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
 # Where a binary named without a directory is found (the runtimes' PATH lookup).
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+# Where the kubelet finds DRA drivers' registration sockets (bcd_gpu_api: dra).
+KUBELET_PLUGINS_REGISTRY = "/var/lib/kubelet/plugins_registry"
 
 # Keys whose string value names the binary a runtime runs: containerd v2-v4 runc options
 # (BinaryName), v1 (options.Runtime of io.containerd.runtime.v1.linux, runtime_engine, and
@@ -315,6 +319,10 @@ class NodeVerifier:
                     self.toolkit_known.append(p)
         self._seen_files: set[str] = set()
         self._parsed_runtime = 0
+        self._extra_files = list((runtime_paths or {}).get("files", []) or [])
+        self._extra_dirs = list((runtime_paths or {}).get("dirs", []) or [])
+        self.runtime_configs: list[dict] = []
+        self.ignored: list[dict] = []
         # (file, runtime name, key, pattern) of runtimes passing annotations into containers
         self._annotation_runtimes: list[tuple[str, str, str, str]] = []
 
@@ -367,66 +375,48 @@ class NodeVerifier:
             return None
         return doc
 
-    def _runtime_file(self, path: str, template: bool = False, imported_by: str | None = None) -> None:
-        if path in self._seen_files:
-            return
-        self._seen_files.add(path)
-        if not self.fs.isfile(path):
-            if self.fs.exists(path) and not self.fs.isdir(path):
-                self.findings.append(finding(
-                    UNVERIFIABLE, "unreadable", path, f"{path} exists but is not a regular file.",
-                    f"check {path}",
-                ))
-            return
-        self.files_read.append(path)
-        doc = self._parse_toml(path, template=template)
-        if doc is None:
-            self._parsed_runtime += 1  # it exists: the node has runtime configuration, unreadable
-            return
-        self._parsed_runtime += 1
-        self._scan_runtime_doc(path, doc)
-        imports = doc.get("imports")
-        if isinstance(imports, str):
-            imports = [imports]
-        if isinstance(imports, list):
-            base = path.rsplit("/", 1)[0] or "/"
-            for pattern in imports:
-                if not isinstance(pattern, str):
-                    continue
-                if TEMPLATE_SENTINEL in pattern:
-                    self.findings.append(finding(
-                        UNVERIFIABLE, "templated", path,
-                        f"{path} imports a path its template computes at run time ({pattern!r}).",
-                        f"write the import path literally in {path}",
-                    ))
-                    continue
-                absolute = pattern if pattern.startswith("/") else base.rstrip("/") + "/" + pattern
-                for match in self.fs.glob(absolute):
-                    self._runtime_file(match, imported_by=path)
+    def _read_runtime(self, path: str, template: bool = False):
+        """Read one runtime configuration file the runtime loads (the loader's ``read``)."""
+        if path not in self.files_read:
+            self.files_read.append(path)
+        self._parsed_runtime += 1  # it exists: the node has runtime configuration, readable or not
+        return self._parse_toml(path, template=template)
 
-    def _scan_runtime_doc(self, path: str, doc: dict) -> None:
+    def _scan_runtime_doc(self, path: str, doc: dict, origin: dict | None = None, defaults: dict | None = None) -> None:
+        """Every runtime of a (merged) configuration; ``origin`` maps a key path to the file that set
+        it, ``defaults`` the default runtime's name to where that default is set."""
+        origin = origin or {}
+        defaults = defaults or {}
+
+        def source(keypath: tuple) -> str:
+            if keypath in origin:
+                return origin[keypath]
+            n = len(keypath)
+            return next((f for k, f in origin.items() if k[:n] == keypath), path)
+
         crio = "crio" in doc
         for keypath, value in _walk(doc):
             if not isinstance(value, str) or keypath[-1] not in BINARY_KEYS:
                 continue
             name = _runtime_name(keypath)
-            self._runtime(path, name, _dotted(keypath), value)
+            self._runtime(source(keypath), name, _dotted(keypath), value, defaults.get(name))
         if crio:
             # A CRI-O runtime without runtime_path runs the binary named like the runtime ($PATH).
             runtimes = ((doc.get("crio") or {}).get("runtime") or {}).get("runtimes") or {}
             if isinstance(runtimes, dict):
                 for name, table in runtimes.items():
                     if isinstance(table, dict) and not table.get("runtime_path"):
-                        self._runtime(path, name, _dotted(("crio", "runtime", "runtimes", name)), name)
+                        keypath = ("crio", "runtime", "runtimes", name)
+                        self._runtime(source(keypath), name, _dotted(keypath), name, defaults.get(name))
             hooks_dirs = ((doc.get("crio") or {}).get("runtime") or {}).get("hooks_dir")
             if isinstance(hooks_dirs, str):
                 hooks_dirs = [hooks_dirs]
             for d in hooks_dirs or []:
                 if isinstance(d, str) and d not in self.hook_dirs:
                     self.hook_dirs.append(d)
-        self._annotation_passthrough(path, doc)
+        self._annotation_passthrough(path, doc, source)
 
-    def _annotation_passthrough(self, path: str, doc: dict) -> None:
+    def _annotation_passthrough(self, path: str, doc: dict, source=None) -> None:
         """containerd runtimes that copy pod/container annotations such as cdi.k8s.io/* into the
         OCI spec: the NVIDIA runtime injects any CDI device named there, whatever the key says."""
         for keypath, value in _walk(doc):
@@ -436,7 +426,10 @@ class NodeVerifier:
                 continue
             if fnmatch.fnmatchcase("cdi.k8s.io/x", value) or fnmatch.fnmatchcase("nvidia.cdi.k8s.io/x", value):
                 name = _runtime_name(keypath[:-1])
-                self._annotation_runtimes.append((path, name, _dotted(keypath[:-1]), value))
+                file = source(keypath) if source else path
+                entry = (file, name, _dotted(keypath[:-1]), value)
+                if entry not in self._annotation_runtimes:
+                    self._annotation_runtimes.append(entry)
 
     def _resolve_binary(self, binary: str) -> str:
         if "/" in binary:
@@ -505,7 +498,7 @@ class NodeVerifier:
         problems.extend(f"config path {c!r} is not absolute" for c in bad)
         return sorted({c for c in configs if c.startswith("/")}), problems, nvidia
 
-    def _runtime(self, path: str, name: str, key: str, value: str) -> None:
+    def _runtime(self, path: str, name: str, key: str, value: str, default_from: str | None = None) -> None:
         if TEMPLATE_SENTINEL in value:
             self.findings.append(finding(
                 UNVERIFIABLE, "templated", path,
@@ -518,6 +511,8 @@ class NodeVerifier:
         if not nvidia:
             return
         reader = f"runtime {name!r} ({path}: {key} = {value!r})"
+        if default_from:
+            reader = (f"runtime {name!r}, the default runtime (set in {default_from}) ({path}: {key} = {value!r})")
         entry = {"name": name, "file": path, "key": key, "binary": binary, "toolkit_configs": configs}
         if entry not in self.runtimes:
             self.runtimes.append(entry)
@@ -696,24 +691,78 @@ class NodeVerifier:
 
     # -- all together ---------------------------------------------------------------------------
 
-    def run(self) -> dict:
-        for path in self.runtime_files:
-            self._runtime_file(path, template=path.endswith(".tmpl"))
-        for d in self.runtime_dirs:
+    def _effective(self) -> None:
+        """Load the configuration in effect and judge only that (see bcd_runtime_config)."""
+        eff = load_runtime_config(self.fs, self._read_runtime, self._extra_files, self._extra_dirs)
+        self.effective = eff
+        for where, message, fix in eff.problems:
+            self.findings.append(finding(UNVERIFIABLE, "runtime-config", where, message, fix))
+        serving = [c for c in eff.configs if c["serves_cri"]]
+        for c in serving:
+            defaults = {}
+            if c.get("default_runtime"):
+                name, where = c["default_runtime"]
+                defaults[name] = where
+            self._scan_runtime_doc(c["root"], c["doc"], c["origin"], defaults)
+            for name, binary in sorted((c.get("extra_runtimes") or {}).items()):
+                self._runtime(c["root"], name, f"{c['runtime']}'s built-in base template (finds {binary})", binary,
+                              defaults.get(name))
+        if eff.configs and not serving:
+            roots = ", ".join(sorted({c["root"] for c in eff.configs}))
+            self.findings.append(finding(
+                UNVERIFIABLE, "no-cri-runtime", sorted({c["root"] for c in eff.configs})[0],
+                f"no container runtime configuration in effect serves CRI ({roots}: the CRI plugin is disabled), so "
+                "the kubelet's runtime is configured somewhere this check does not know.",
+                "name the kubelet's runtime configuration in bcd_container_runtime (files, dirs), or enable the CRI "
+                "plugin (remove it from disabled_plugins)",
+            ))
+        for c in eff.configs:
+            handlers = {}
+            for name, h in sorted(c["handlers"].items()):
+                binary = self._resolve_binary(h["binary"]) if h.get("binary") else None
+                nvidia = bool(binary) and self._derived_configs(binary)[2]
+                handlers[name] = {"binary": binary, "nvidia": nvidia}
+            for name, binary in (c.get("extra_runtimes") or {}).items():
+                handlers.setdefault(name, {"binary": binary, "nvidia": True})
+            self.runtime_configs.append({
+                "runtime": c["runtime"], "rule": c["rule"], "root": c["root"], "files": c["files"],
+                "serves_cri": c["serves_cri"],
+                "default_runtime": c["default_runtime"][0] if c.get("default_runtime") else None,
+                "handlers": handlers,
+            })
+        self.ignored = list(eff.ignored)
+        self.notes.extend(eff.notes)
+        self.notes.extend(f"{i['file']} is not in effect: {i['why']}" for i in eff.ignored)
+
+    def _cdi_specs(self) -> list[dict]:
+        """Each CDI specification of kind nvidia.com/gpu: path, device names, whether all are UUIDs."""
+        specs = []
+        for d in CDI_DIRS:
             if not self.fs.isdir(d):
                 continue
             try:
-                files = self.fs.listdir(d)
+                paths = self.fs.listdir(d)
             except OSError as exc:
-                self.findings.append(finding(
-                    UNVERIFIABLE, "unreadable", d, f"{d} cannot be listed: {exc.strerror or exc}.",
-                    f"make {d} readable to the check",
-                ))
-                self._parsed_runtime += 1
+                specs.append({"path": d, "error": f"cannot be listed: {exc.strerror or exc}"})
                 continue
-            for path in files:
-                if path.endswith(DROPIN_SUFFIXES) or path.endswith(".tmpl"):
-                    self._runtime_file(path, template=path.endswith(".tmpl"))
+            for p in paths:
+                if not p.endswith((".yaml", ".yml", ".json")):
+                    continue
+                try:
+                    text = self.fs.read_text(p, limit=4 << 20)
+                except (OSError, UnicodeDecodeError) as exc:
+                    specs.append({"path": p, "error": f"cannot be read: {exc}"})
+                    continue
+                if not re.search(r"""^\s*"?kind"?\s*:\s*"?nvidia\.com/gpu"?""", text, re.M):
+                    continue
+                names = [n for n in re.findall(r"""^\s*-?\s*"?name"?\s*:\s*['"]?([^'"\s,]+)['"]?""", text, re.M)
+                         if n != "all"]
+                specs.append({"path": p, "devices": names,
+                              "by_uuid": bool(names) and all(UUID_NAME_RE.match(n) for n in names)})
+        return specs
+
+    def run(self) -> dict:
+        self._effective()
         if self._parsed_runtime == 0:
             self.findings.append(finding(
                 UNVERIFIABLE, "no-runtime-config", "/",
@@ -760,6 +809,10 @@ class NodeVerifier:
             "root": self.fs.root,
             "verdict": verdict_of(self.findings),
             "findings": self.findings,
+            "runtime_configs": self.runtime_configs,
+            "ignored_files": self.ignored,
+            "cdi_specs": self._cdi_specs(),
+            "plugins_registry": self.fs.isdir(KUBELET_PLUGINS_REGISTRY),
             "files_read": self.files_read,
             "runtimes": self.runtimes,
             "hooks": self.hooks,
