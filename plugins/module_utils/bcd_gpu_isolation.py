@@ -824,7 +824,10 @@ class NodeVerifier:
         }
 
 
-def verify_node_root(root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None) -> dict:
+def verify_node_root(
+    root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
+    handler: str | None = "nvidia", gpu_api: str = "device-plugin",
+) -> dict:
     """Check one node's root directory for GPU isolation.
 
     ``root``: the node's root directory (``/`` on the node). ``runtime_paths`` and
@@ -837,9 +840,112 @@ def verify_node_root(root: str, runtime_paths: dict | None = None, toolkit_paths
     (``name``, ``file``, ``key``, ``binary``, ``toolkit_configs``), ``toolkit_configs`` each
     toolkit configuration read or required (``path``, ``exists``, ``readers``, ``known`` and the
     two keys' values), ``notes`` advice that does not change the verdict (the CDI spec).
+    The configuration in effect: ``runtime_configs`` (each candidate configuration the runtimes
+    load: ``runtime``, ``rule``, ``root``, ``files`` in load order, ``serves_cri``,
+    ``default_runtime``, ``handlers`` name -> ``{binary, nvidia}``), ``ignored_files``
+    (``{file, why}`` for each file that exists but is not in effect; also in ``notes``).
+    Readiness (``handler``: the RuntimeClass handler bcd's pod runs with, None for none;
+    ``gpu_api``: ``bcd_gpu_api``): ``ready`` and ``readiness`` (see :func:`readiness`), from
+    ``cdi_specs`` and ``plugins_registry`` too.
     Raises :class:`NodeRootError` when ``root`` is not a directory.
     """
-    return NodeVerifier(root, runtime_paths, toolkit_paths).run()
+    result = NodeVerifier(root, runtime_paths, toolkit_paths).run()
+    result["readiness"] = readiness(result, handler, gpu_api)
+    result["ready"] = ready_of(result["readiness"])
+    return result
+
+
+# --- readiness: can bcd's pod run and hand out GPUs here? ------------------------------------
+
+READY = "ready"
+NOT_READY = "not-ready"
+UNKNOWN = "unknown"
+READINESS = (READY, NOT_READY, UNKNOWN)
+
+
+def ready_of(findings: list[dict]) -> str:
+    """``not-ready`` if any readiness finding is, else ``unknown`` if any is, else ``ready``."""
+    statuses = {f["status"] for f in findings}
+    if NOT_READY in statuses:
+        return NOT_READY
+    if UNKNOWN in statuses:
+        return UNKNOWN
+    return READY
+
+
+def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -> list[dict]:
+    """Readiness findings for one node result of :func:`verify_node_root` (seed: GPU isolation,
+    CDI specs generated with ``--device-name-strategy=uuid``; Host mounts for DRA).
+
+    ``handler``: the runtime handler bcd's RuntimeClass names (None: bcd's pod runs without one).
+    It must be defined in every runtime configuration in effect that serves CRI (every candidate,
+    when the loading rules leave more than one), and run the NVIDIA container runtime. A CDI
+    specification of kind ``nvidia.com/gpu`` must name every device by UUID (``GPU-<uuid>``).
+    With ``gpu_api`` ``dra``, the kubelet's plugin registration directory must be present.
+    """
+    out = []
+    configs = [c for c in node.get("runtime_configs") or [] if c.get("serves_cri")]
+    if handler:
+        if not configs:
+            out.append(finding(
+                UNKNOWN, "runtime-handler", "/",
+                f"no runtime configuration in effect serves CRI, so whether the handler {handler!r} bcd's RuntimeClass "
+                "names is defined cannot be known.",
+                "make the kubelet's runtime configuration readable to the check (bcd_container_runtime)",
+            ))
+        for c in configs:
+            label = f"{c['root']} ({c['rule']})"
+            h = (c.get("handlers") or {}).get(handler)
+            defined = ", ".join(sorted(c.get("handlers") or {})) or "none"
+            if h is None:
+                out.append(finding(
+                    NOT_READY, "runtime-handler", c["root"],
+                    f"the runtime handler {handler!r} that bcd's RuntimeClass names is not defined in the configuration "
+                    f"in effect of {label} (handlers defined: {defined}), so bcd's pod cannot start here.",
+                    f"define a runtime {handler!r} that runs the NVIDIA container runtime (nvidia-ctk runtime configure "
+                    f"--runtime=<containerd|crio> --set-as-default=false; the GPU operator's toolkit does it), or set "
+                    "bcd_nvidia_runtime_class to a RuntimeClass whose handler is defined",
+                ))
+            elif not h.get("nvidia"):
+                out.append(finding(
+                    NOT_READY, "runtime-handler-not-nvidia", c["root"],
+                    f"the runtime handler {handler!r} in {label} runs {h.get('binary') or 'runc (no BinaryName)'}, not "
+                    "the NVIDIA container runtime, so bcd's pod gets no GPU driver libraries.",
+                    f"point runtime {handler!r} at nvidia-container-runtime (nvidia-ctk runtime configure), or set "
+                    "bcd_nvidia_runtime_class to a RuntimeClass that runs it",
+                ))
+    specs = node.get("cdi_specs")
+    if specs is not None:
+        if not specs:
+            out.append(finding(
+                NOT_READY, "cdi-spec", CDI_DIRS[0],
+                "no CDI specification of kind nvidia.com/gpu in /etc/cdi or /var/run/cdi: bcd hands GPUs out by CDI "
+                "device name (GPU-<uuid>), so it cannot hand out any GPU here.",
+                "generate one: nvidia-ctk cdi generate --device-name-strategy=uuid --output=/etc/cdi/nvidia.yaml "
+                "(gpu-stack.yml in packages mode; the GPU operator with spec.cdi.enabled=true)",
+            ))
+        for spec in specs:
+            if spec.get("error"):
+                out.append(finding(
+                    UNKNOWN, "cdi-spec", spec["path"], f"the CDI specification {spec['path']} {spec['error']}.",
+                    f"make {spec['path']} readable to the check",
+                ))
+            elif not spec.get("by_uuid"):
+                shown = ", ".join(spec.get("devices") or []) or "no device"
+                out.append(finding(
+                    NOT_READY, "cdi-spec-names", spec["path"],
+                    f"the CDI specification {spec['path']} names its devices {shown}, not GPU-<uuid>, so bcd cannot "
+                    "request a GPU by UUID.",
+                    "regenerate it: nvidia-ctk cdi generate --device-name-strategy=uuid (gpu-stack.yml in packages mode)",
+                ))
+    if gpu_api == "dra" and node.get("plugins_registry") is False:
+        out.append(finding(
+            NOT_READY, "dra-registration", KUBELET_PLUGINS_REGISTRY,
+            f"bcd_gpu_api is dra but {KUBELET_PLUGINS_REGISTRY} is absent: the kubelet has no plugin registration "
+            "directory there, so bcd's DRA driver cannot register.",
+            "use a kubelet with DRA (Kubernetes 1.32+, its root dir /var/lib/kubelet), or set bcd_gpu_api: device-plugin",
+        ))
+    return out
 
 
 # --- cluster level -------------------------------------------------------------------------
@@ -964,6 +1070,9 @@ def combine(
     policies: list[dict] | None,
     mode: str,
     node_files: dict[str, dict],
+    handler: str | None = "nvidia",
+    gpu_api: str = "device-plugin",
+    cluster_readiness: list[dict] | None = None,
 ) -> dict:
     """One verdict per selected Node, from cluster-level objects and node files.
 
@@ -978,6 +1087,11 @@ def combine(
     selected node). Without node files, a gpu-operator node takes the ClusterPolicy as its
     evidence (the report says its files were not read); a packages or custom node is
     ``unverifiable``.
+
+    Readiness per node (``ready``, ``readiness``): :func:`readiness` of its node files with
+    ``handler`` (the RuntimeClass's handler as the cluster has it) and ``gpu_api``, plus
+    ``cluster_readiness`` (such as a RuntimeClass that does not exist); ``unknown`` when its node
+    files were not read.
     """
     operator_mode = mode == "gpu-operator"
     policy_findings = []
@@ -995,11 +1109,23 @@ def combine(
         findings.extend(policy_findings)
         files = node_files.get(name)
         notes = []
+        ready = list(cluster_readiness or [])
         if files is not None and "result" in files:
             node_level = files["result"]
             findings.extend(node_level["findings"])
             notes.extend(node_level.get("notes") or [])
             source = files.get("source", "node files")
+            ready.extend(readiness(node_level, handler, gpu_api))
+        else:
+            ready.append(finding(
+                UNKNOWN, "node-files", name,
+                f"the node files of {name} were not read, so whether bcd's pod can run there (runtime handler, CDI "
+                "specification) is unknown.",
+                "list the node in inventory group gpu_nodes (reached over SSH), or give its collected root in "
+                "bcd_node_roots",
+            ))
+        if files is not None and "result" in files:
+            pass
         elif files is not None:
             source = files.get("source", "node files")
             findings.append(finding(
@@ -1042,7 +1168,9 @@ def combine(
         out.append({
             "name": name,
             "verdict": verdict_of(findings),
+            "ready": ready_of(ready),
             "findings": findings,
+            "readiness": ready,
             "node_files": source,
             "notes": notes,
         })
@@ -1064,10 +1192,10 @@ def table(nodes: list[dict]) -> list[str]:
     if not nodes:
         return ["(no node selected)"]
     width = max(len("NODE"), *(len(n["name"]) for n in nodes))
-    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  NODE FILES"]
+    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  {'READY':<9}  NODE FILES"]
     for n in nodes:
-        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('node_files', '')}")
-        for f in n["findings"]:
+        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('ready') or UNKNOWN:<9}  {n.get('node_files', '')}")
+        for f in [*n["findings"], *(n.get("readiness") or [])]:
             lines.append(f"  - [{f['status']}] {f['where']}: {f['message']}")
             lines.append(f"      fix: {f['fix']}")
         for note in n.get("notes") or []:
