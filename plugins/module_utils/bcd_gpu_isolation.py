@@ -1200,4 +1200,21 @@ def table(nodes: list[dict]) -> list[str]:
             lines.append(f"      fix: {f['fix']}")
         for note in n.get("notes") or []:
             lines.append(f"  - [note] {note}")
+        lines.extend(bcd_lines(n.get("bcd")))
+    return lines
+
+
+def bcd_lines(view: dict | None) -> list[str]:
+    """bcd's own view of a node (nodes.list: state and conditions), for the per-node table."""
+    if view is None:
+        return []
+    if view.get("error"):
+        return [f"  - [bcd] the control plane's view could not be read: {view['error']}"]
+    if not view.get("state"):
+        return ["  - [bcd] the control plane does not know this node (it has not joined)"]
+    lines = [f"  - [bcd] {view.get('id') or '?'}: {view['state']}"
+             + ("" if view.get("conditions") else ", no conditions")]
+    for c in view.get("conditions") or []:
+        why = ": ".join(str(x) for x in (c.get("reason"), c.get("message")) if x)
+        lines.append(f"      condition {c.get('type')}={c.get('status')}" + (f" ({why})" if why else ""))
     return lines

@@ -127,6 +127,18 @@ options:
       - O(scope=settings) and O(scope=cluster). Relative C(bcd_node_root), C(bcd_node_roots) and C(bcd_report_out) are taken
         relative to this directory (the directory ansible-playbook runs in); default the module's own.
     type: path
+  control_plane_nodes:
+    description:
+      - O(scope=cluster) only. bcd's own view of the selected Nodes, as module C(bcd_nodes) returns it
+        (C(nodes.list) matched by Node name - C(name), C(id), C(state), C(conditions)). Each node of the
+        table and report then shows its bcd state and conditions (seed - GPU isolation, The reaper; for
+        example C(ForeignGpuExposure), C(PodResourcesUnavailable), C(KubernetesReleaseStuck)). Shown only
+        - the verdicts and the gate are Ansible's own.
+    type: list
+    elements: dict
+  control_plane_error:
+    description: O(scope=cluster) only. Why bcd's view could not be read; every node shows it.
+    type: str
   runtime_handler:
     description:
       - O(scope=node) only. The runtime handler bcd's pod runs with (the RuntimeClass's C(handler));
@@ -270,6 +282,13 @@ nodes:
     ready: {description: "C(ready), C(not-ready) or C(unknown): can bcd's pod run and hand out GPUs there.", type: str}
     findings: {description: As in RV(node.findings)., type: list, elements: dict}
     readiness: {description: As in RV(node.readiness)., type: list, elements: dict}
+    bcd:
+      description:
+        - With O(control_plane_nodes) or O(control_plane_error) - bcd's own view of the node - C(id), C(state)
+          and C(conditions) (C([{type, status, reason, message}]) as C(nodes.list) gives them; C(state) null
+          when the control plane does not know the node), or C(error).
+      type: dict
+      returned: when O(control_plane_nodes) or O(control_plane_error) is given
     node_files:
       description: "Where the node files came from: C(over SSH from <host>), C(from <dir>), or C(not read)."
       type: str
@@ -379,7 +398,8 @@ def _gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
         "enforce": enforce,
         "summary": counts,
         "nodes": [
-            {k: n.get(k) for k in ("name", "verdict", "ready", "findings", "readiness", "node_files", "notes")}
+            {k: n.get(k) for k in ("name", "verdict", "ready", "findings", "readiness", "node_files", "notes", "bcd")
+             if k != "bcd" or "bcd" in n}
             for n in nodes
         ],
     }
@@ -480,6 +500,19 @@ def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
     return files, sorted(files)
 
 
+def _bcd_view(nodes: list[dict], cp_nodes: list[dict] | None, error: str | None) -> None:
+    """Attach bcd's own view (bcd_nodes' result) to each node entry, in place."""
+    if cp_nodes is None and not error:
+        return
+    by_name = {n.get("name"): n for n in cp_nodes or [] if isinstance(n, dict)}
+    for n in nodes:
+        if error:
+            n["bcd"] = {"error": error}
+            continue
+        c = by_name.get(n["name"]) or {}
+        n["bcd"] = {"id": c.get("id"), "state": c.get("state"), "conditions": list(c.get("conditions") or [])}
+
+
 def run_cluster(module) -> None:
     settings = _settings(module)
     try:
@@ -495,6 +528,7 @@ def run_cluster(module) -> None:
         policies=cluster["policies"], mode=settings["mode"], node_files=files,
         handler=handler, gpu_api=settings["gpu_api"], cluster_readiness=class_findings,
     )
+    _bcd_view(result["nodes"], module.params["control_plane_nodes"], module.params["control_plane_error"])
     selected = {n["name"] for n in result["nodes"]}
     unmatched = [n for n in names if n not in selected]
     extra = {
@@ -538,6 +572,8 @@ def main() -> None:
             "enforce": {"type": "bool", "default": True},
             "base_dir": {"type": "path"},
             "runtime_handler": {"type": "str", "default": "nvidia"},
+            "control_plane_nodes": {"type": "list", "elements": "dict"},
+            "control_plane_error": {"type": "str"},
             "gpu_api": {"type": "str", "choices": ["device-plugin", "dra"], "default": "device-plugin"},
         },
         required_if=[("scope", "cluster", ("config",)), ("scope", "settings", ("config",))],
