@@ -13,16 +13,14 @@ description:
     or C(unverifiable), with each finding naming the file or object and its fix. It changes
     nothing.
   - "O(scope=node): reads one node's root directory (C(/) on the node itself, over SSH; a folder
-    of files collected from a node; a test folder). It reads every container runtime
-    configuration the node's runtime may read: containerd's C(/etc/containerd/config.toml) of
-    config versions 1 to 4 (v1 C(plugins.cri) and C([plugins.linux] runtime), C(options.BinaryName),
-    C(options.Runtime), C(runtime_engine), C(default_runtime)), its C(imports) globs (relative ones
-    from the importing file's directory, always inside the root) and the C(.toml)/C(.conf) files of
-    C(/etc/containerd/conf.d) and C(/etc/containerd/config.d); k3s's and RKE2's C(config.toml),
-    C(config.toml.tmpl) and C(config-v3.toml.tmpl) under C(/var/lib/rancher/<k3s|rke2>/agent/etc/containerd)
-    and their C(config.toml.d)/C(config-v3.toml.d); CRI-O's C(/etc/crio/crio.conf) and C(crio.conf.d);
-    and the OCI hooks of C(/usr/share/containers/oci/hooks.d), C(/etc/containers/oci/hooks.d) and
-    CRI-O's C(hooks_dir)."
+    of files collected from a node; a test folder): the container runtime configuration in effect
+    (containerd's C(/etc/containerd/config.toml) of config versions 1 to 3 and what its C(imports)
+    name, relative ones from the importing file's directory and always inside the root; k3s's and
+    RKE2's C(config.toml), the template in effect and their C(config.toml.d)/C(config-v3.toml.d);
+    CRI-O's C(/etc/crio/crio.conf) and C(crio.conf.d)), every binary key in it (v1 C(plugins.cri) and
+    C([plugins.linux] runtime), C(options.BinaryName), C(options.Runtime), C(runtime_engine),
+    C(default_runtime), C(runtime_path)), and the OCI hooks of C(/usr/share/containers/oci/hooks.d),
+    C(/etc/containers/oci/hooks.d) and CRI-O's C(hooks_dir)."
   - "For each runtime or hook that runs the NVIDIA container toolkit (C(nvidia-container-runtime),
     its C(.cdi) variant included, C(nvidia-container-toolkit), C(nvidia-container-runtime-hook), or
     a wrapper script that runs them) it derives the toolkit C(config.toml) that binary reads: the one a
