@@ -720,7 +720,10 @@ class NodeVerifier:
             handlers = {}
             for name, h in sorted(c["handlers"].items()):
                 binary = self._resolve_binary(h["binary"]) if h.get("binary") else None
-                nvidia = bool(binary) and self._derived_configs(binary)[2]
+                if binary and TEMPLATE_SENTINEL in binary:
+                    nvidia = None  # computed by a template at run time: unknown
+                else:
+                    nvidia = bool(binary) and self._derived_configs(binary)[2]
                 handlers[name] = {"binary": binary, "nvidia": nvidia}
             for name, binary in (c.get("extra_runtimes") or {}).items():
                 handlers.setdefault(name, {"binary": binary, "nvidia": True})
@@ -905,6 +908,13 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
                     f"define a runtime {handler!r} that runs the NVIDIA container runtime (nvidia-ctk runtime configure "
                     f"--runtime=<containerd|crio> --set-as-default=false; the GPU operator's toolkit does it), or set "
                     "bcd_nvidia_runtime_class to a RuntimeClass whose handler is defined",
+                ))
+            elif h.get("nvidia") is None:
+                out.append(finding(
+                    UNKNOWN, "runtime-handler", c["root"],
+                    f"the runtime handler {handler!r} in {label} runs a binary its template computes at run time, so "
+                    "whether it is the NVIDIA runtime cannot be known.",
+                    f"write the binary path of runtime {handler!r} literally in {c['root']}",
                 ))
             elif not h.get("nvidia"):
                 out.append(finding(
@@ -1184,6 +1194,14 @@ def summary(nodes: list[dict]) -> dict:
     counts = {v: 0 for v in VERDICTS}
     for n in nodes:
         counts[n["verdict"]] += 1
+    return counts
+
+
+def ready_summary(nodes: list[dict]) -> dict:
+    """Node count per readiness (``ready``, ``not-ready``, ``unknown``)."""
+    counts = {r: 0 for r in READINESS}
+    for n in nodes:
+        counts[n.get("ready") or UNKNOWN] += 1
     return counts
 
 

@@ -312,7 +312,7 @@ table:
 report:
   description:
     - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "findings", "readiness",
-      "node_files", "notes"}], "summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
+      "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
       "unmatched_node_files", "runtime_handler", "gpu_api"}).'
   returned: scope is cluster or node
   type: dict
@@ -327,6 +327,7 @@ from ansible.module_utils.bcd_gpu_isolation import (
     NodeRootError,
     combine,
     finding,
+    ready_summary,
     summary,
     table,
     verify_node_root,
@@ -395,6 +396,7 @@ def _gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
         "passed": passed,
         "enforce": enforce,
         "summary": counts,
+        "ready_summary": ready_summary(nodes),
         "nodes": [
             {k: n.get(k) for k in ("name", "verdict", "ready", "findings", "readiness", "node_files", "notes", "bcd")
              if k != "bcd" or "bcd" in n}

@@ -208,3 +208,14 @@ def test_node_scope_module_reports_readiness_and_gates_on_it(tmp_path):
     assert node["verdict"] == "isolated" and node["ready"] == NOT_READY
     assert {f["check"] for f in node["readiness"]} == {"runtime-handler", "cdi-spec"}
     assert "READY" in out["table"][0]
+
+
+def test_a_handler_whose_binary_a_template_computes_is_unknown(tmp_path):
+    root = make_root(tmp_path, {
+        "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl":
+            f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{{{{ .NodeConfig.Nvidia }}}}"\n',
+        "/etc/cdi/nvidia.yaml": UUID_SPEC,
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and r["ready"] == "unknown"
+    assert [f["check"] for f in r["readiness"]] == ["runtime-handler"]
