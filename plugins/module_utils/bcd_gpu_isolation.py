@@ -896,30 +896,40 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
                 "names is defined cannot be known.",
                 "make the kubelet's runtime configuration readable to the check (bcd_container_runtime)",
             ))
+        # One finding per root file and problem, naming every candidate rule it holds under.
+        problems: dict[tuple, dict] = {}
         for c in configs:
-            label = f"{c['root']} ({c['rule']})"
             h = (c.get("handlers") or {}).get(handler)
-            defined = ", ".join(sorted(c.get("handlers") or {})) or "none"
-            if h is None:
+            kind = "missing" if h is None else "unknown" if h.get("nvidia") is None else "ok" if h.get("nvidia") else "other"
+            if kind == "ok":
+                continue
+            key = (c["root"], kind, (h or {}).get("binary"))
+            entry = problems.setdefault(key, {"rules": [], "defined": set()})
+            entry["rules"].append(c["rule"])
+            entry["defined"].update(c.get("handlers") or {})
+        for (root, kind, binary), entry in problems.items():
+            label = f"{root} ({' and '.join(entry['rules'])})"
+            defined = ", ".join(sorted(entry["defined"])) or "none"
+            if kind == "missing":
                 out.append(finding(
-                    NOT_READY, "runtime-handler", c["root"],
+                    NOT_READY, "runtime-handler", root,
                     f"the runtime handler {handler!r} that bcd's RuntimeClass names is not defined in the configuration "
                     f"in effect of {label} (handlers defined: {defined}), so bcd's pod cannot start here.",
                     f"define a runtime {handler!r} that runs the NVIDIA container runtime (nvidia-ctk runtime configure "
                     f"--runtime=<containerd|crio> --set-as-default=false; the GPU operator's toolkit does it), or set "
                     "bcd_nvidia_runtime_class to a RuntimeClass whose handler is defined",
                 ))
-            elif h.get("nvidia") is None:
+            elif kind == "unknown":
                 out.append(finding(
-                    UNKNOWN, "runtime-handler", c["root"],
+                    UNKNOWN, "runtime-handler", root,
                     f"the runtime handler {handler!r} in {label} runs a binary its template computes at run time, so "
                     "whether it is the NVIDIA runtime cannot be known.",
-                    f"write the binary path of runtime {handler!r} literally in {c['root']}",
+                    f"write the binary path of runtime {handler!r} literally in {root}",
                 ))
-            elif not h.get("nvidia"):
+            else:
                 out.append(finding(
-                    NOT_READY, "runtime-handler-not-nvidia", c["root"],
-                    f"the runtime handler {handler!r} in {label} runs {h.get('binary') or 'runc (no BinaryName)'}, not "
+                    NOT_READY, "runtime-handler-not-nvidia", root,
+                    f"the runtime handler {handler!r} in {label} runs {binary or 'runc (no BinaryName)'}, not "
                     "the NVIDIA container runtime, so bcd's pod gets no GPU driver libraries.",
                     f"point runtime {handler!r} at nvidia-container-runtime (nvidia-ctk runtime configure), or set "
                     "bcd_nvidia_runtime_class to a RuntimeClass that runs it",
