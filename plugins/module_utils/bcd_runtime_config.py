@@ -371,7 +371,8 @@ class Loader:
                 "runtime": runtime, "rule": rule, "root": root, "files": list(order), "complete": complete,
                 "version": version, "doc": merged, "origin": origin, "serves_cri": serves_cri,
                 "disabled_plugins": disabled,
-                "handlers": containerd_handlers(merged, effective_version),
+                # a file named in bcd_container_runtime may be CRI-O's
+                "handlers": crio_handlers(merged) if "crio" in merged else containerd_handlers(merged, effective_version),
                 "default_runtime": default_runtime or (
                     (cri_table(merged, effective_version).get("default_runtime_name"), root)
                     if cri_table(merged, effective_version).get("default_runtime_name") else None

@@ -219,3 +219,27 @@ def test_a_handler_whose_binary_a_template_computes_is_unknown(tmp_path):
     r = verify_node_root(root)
     assert r["verdict"] == UNVERIFIABLE and r["ready"] == "unknown"
     assert [(f["check"], f["status"]) for f in r["readiness"]] == [("runtime-handler", "unknown")]
+
+
+def test_custom_runtime_files_are_read_as_given(tmp_path):
+    """bcd_container_runtime names a file the known locations do not cover: it is a configuration
+    of its own (CRI-O's format here), judged and checked for the handler."""
+    root = make_root(tmp_path, {
+        "/opt/crio/crio.toml": f'[crio.runtime.runtimes.nvidia]\nruntime_path = "{NV}"\n',
+        DEFAULT_TOOLKIT_CONFIG: SAFE,
+        "/etc/cdi/nvidia.yaml": UUID_SPEC,
+    })
+    r = verify_node_root(root, runtime_paths={"files": ["/opt/crio/crio.toml"], "dirs": []})
+    assert r["verdict"] == ISOLATED and r["ready"] == "ready", r["readiness"]
+    assert r["runtimes"][0]["file"] == "/opt/crio/crio.toml"
+
+
+def test_bcd_view_lines():
+    from ansible.module_utils.bcd_gpu_isolation import bcd_lines
+
+    assert bcd_lines(None) == []
+    assert bcd_lines({"error": "UNAVAILABLE"}) == ["  - [bcd] the control plane's view could not be read: UNAVAILABLE"]
+    assert "does not know this node" in bcd_lines({"id": None, "state": None, "conditions": []})[0]
+    lines = bcd_lines({"id": "node_1", "state": "ready", "conditions": [
+        {"type": "KubernetesReleaseStuck", "status": "True", "reason": "Timeout", "message": "kubelet stuck"}]})
+    assert lines == ["  - [bcd] node_1: ready", "      condition KubernetesReleaseStuck=True (Timeout: kubelet stuck)"]
