@@ -55,3 +55,17 @@ def test_the_admin_endpoint_checks_what_it_is_given(sandbox):
         admin.set_condition(sandbox.gpu_node_names()[0], "ForeignGpuExposure", "yes")
     with pytest.raises(AdminError, match="400"):
         admin.request("POST", "/nodes/conditions", {"hostname": "x"})
+
+
+@pytest.mark.usefixtures("adopted")
+def test_a_runtime_class_the_cluster_lacks_fails_the_gate(tmp_path):
+    """bcd's pod names a RuntimeClass the cluster does not have: the API server would refuse it,
+    so every node is not-ready and the gate fails, whatever the isolation verdicts."""
+    report = tmp_path / "report.json"
+    run = run_playbook("doctor.yml", "-e", f"bcd_report_out={report}", "-e", "bcd_nvidia_runtime_class=no-such-class")
+    assert run.returncode != 0 and "is not-ready" in run.stdout, run.stdout[-3000:]
+    data = json.loads(report.read_text())
+    assert not data["passed"] and data["ready_summary"]["not-ready"] == len(data["nodes"])
+    for n in data["nodes"]:
+        assert n["verdict"] == "isolated" and n["ready"] == "not-ready"
+        assert "RuntimeClass/no-such-class" in {f["where"] for f in n["readiness"]}

@@ -243,3 +243,29 @@ def test_bcd_view_lines():
     lines = bcd_lines({"id": "node_1", "state": "ready", "conditions": [
         {"type": "KubernetesReleaseStuck", "status": "True", "reason": "Timeout", "message": "kubelet stuck"}]})
     assert lines == ["  - [bcd] node_1: ready", "      condition KubernetesReleaseStuck=True (Timeout: kubelet stuck)"]
+
+
+def test_combine_gives_readiness_per_node(tmp_path):
+    from ansible.module_utils.bcd_gpu_isolation import NOT_READY as NR
+    from ansible.module_utils.bcd_gpu_isolation import combine, finding
+
+    from tests.unit.test_gpu_runtime_effective_cases import CASES
+
+    nodes = [{"metadata": {"name": n}, "status": {"allocatable": {}}} for n in ("a", "b")]
+    policy = {"metadata": {"name": "cluster-policy"}, "spec": {
+        "devicePlugin": {"enabled": False}, "cdi": {"enabled": True},
+        "toolkit": {"env": [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"}]}}}
+    files = {"a": {"source": "from x", "result": verify_node_root(str(CASES / "18-cdi-spec-index-names"))}}
+    out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files=files)
+    by = {n["name"]: n for n in out["nodes"]}
+    assert (by["a"]["verdict"], by["a"]["ready"]) == ("isolated", NR)
+    assert (by["b"]["verdict"], by["b"]["ready"]) == ("isolated", "unknown")
+    # the handler as the cluster's RuntimeClass names it: 18 defines nvidia, not gpu
+    out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files=files,
+                  handler="gpu")
+    assert "runtime-handler" in {f["check"] for f in out["nodes"][0]["readiness"]}
+    # a cluster-level readiness finding (no RuntimeClass) makes every node not-ready
+    missing = finding(NR, "runtime-class", "RuntimeClass/nvidia", "m", "f")
+    out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files={},
+                  cluster_readiness=[missing])
+    assert {n["ready"] for n in out["nodes"]} == {NR}
