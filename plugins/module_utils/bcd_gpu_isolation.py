@@ -971,7 +971,7 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
 # --- cluster level -------------------------------------------------------------------------
 
 def _quantity_positive(q) -> bool:
-    from ansible.module_utils.bcd_quantity import QuantityError, value
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
 
     try:
         return value(str(q)) > 0
