@@ -41,7 +41,9 @@ import os
 import re
 import stat
 
-from ansible.module_utils.bcd_runtime_config import load as load_runtime_config
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
+    load as load_runtime_config,
+)
 
 try:  # Python 3.11+
     import tomllib as _toml

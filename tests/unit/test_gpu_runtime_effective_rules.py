@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bcd_gpu_isolation import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     DEFAULT_TOOLKIT_CONFIG,
     EXPOSED,
     ISOLATED,
@@ -235,7 +235,7 @@ def test_custom_runtime_files_are_read_as_given(tmp_path):
 
 
 def test_bcd_view_lines():
-    from ansible.module_utils.bcd_gpu_isolation import bcd_lines
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import bcd_lines
 
     assert bcd_lines(None) == []
     assert bcd_lines({"error": "UNAVAILABLE"}) == ["  - [bcd] the control plane's view could not be read: UNAVAILABLE"]
@@ -246,8 +246,8 @@ def test_bcd_view_lines():
 
 
 def test_combine_gives_readiness_per_node(tmp_path):
-    from ansible.module_utils.bcd_gpu_isolation import NOT_READY as NR
-    from ansible.module_utils.bcd_gpu_isolation import combine, finding
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import NOT_READY as NR
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import combine, finding
 
     from tests.unit.test_gpu_runtime_effective_cases import CASES
 
