@@ -41,6 +41,10 @@ import os
 import re
 import stat
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
+    load as load_runtime_config,
+)
+
 try:  # Python 3.11+
     import tomllib as _toml
 except ImportError:  # pragma: no cover - older Pythons on nodes
@@ -88,6 +92,8 @@ HOOK_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
 # Where a binary named without a directory is found (the runtimes' PATH lookup).
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+# Where the kubelet finds DRA drivers' registration sockets (bcd_gpu_api: dra).
+KUBELET_PLUGINS_REGISTRY = "/var/lib/kubelet/plugins_registry"
 
 # Keys whose string value names the binary a runtime runs: containerd v2-v4 runc options
 # (BinaryName), v1 (options.Runtime of io.containerd.runtime.v1.linux, runtime_engine, and
@@ -315,6 +321,10 @@ class NodeVerifier:
                     self.toolkit_known.append(p)
         self._seen_files: set[str] = set()
         self._parsed_runtime = 0
+        self._extra_files = list((runtime_paths or {}).get("files", []) or [])
+        self._extra_dirs = list((runtime_paths or {}).get("dirs", []) or [])
+        self.runtime_configs: list[dict] = []
+        self.ignored: list[dict] = []
         # (file, runtime name, key, pattern) of runtimes passing annotations into containers
         self._annotation_runtimes: list[tuple[str, str, str, str]] = []
 
@@ -367,66 +377,48 @@ class NodeVerifier:
             return None
         return doc
 
-    def _runtime_file(self, path: str, template: bool = False, imported_by: str | None = None) -> None:
-        if path in self._seen_files:
-            return
-        self._seen_files.add(path)
-        if not self.fs.isfile(path):
-            if self.fs.exists(path) and not self.fs.isdir(path):
-                self.findings.append(finding(
-                    UNVERIFIABLE, "unreadable", path, f"{path} exists but is not a regular file.",
-                    f"check {path}",
-                ))
-            return
-        self.files_read.append(path)
-        doc = self._parse_toml(path, template=template)
-        if doc is None:
-            self._parsed_runtime += 1  # it exists: the node has runtime configuration, unreadable
-            return
-        self._parsed_runtime += 1
-        self._scan_runtime_doc(path, doc)
-        imports = doc.get("imports")
-        if isinstance(imports, str):
-            imports = [imports]
-        if isinstance(imports, list):
-            base = path.rsplit("/", 1)[0] or "/"
-            for pattern in imports:
-                if not isinstance(pattern, str):
-                    continue
-                if TEMPLATE_SENTINEL in pattern:
-                    self.findings.append(finding(
-                        UNVERIFIABLE, "templated", path,
-                        f"{path} imports a path its template computes at run time ({pattern!r}).",
-                        f"write the import path literally in {path}",
-                    ))
-                    continue
-                absolute = pattern if pattern.startswith("/") else base.rstrip("/") + "/" + pattern
-                for match in self.fs.glob(absolute):
-                    self._runtime_file(match, imported_by=path)
+    def _read_runtime(self, path: str, template: bool = False):
+        """Read one runtime configuration file the runtime loads (the loader's ``read``)."""
+        if path not in self.files_read:
+            self.files_read.append(path)
+        self._parsed_runtime += 1  # it exists: the node has runtime configuration, readable or not
+        return self._parse_toml(path, template=template)
 
-    def _scan_runtime_doc(self, path: str, doc: dict) -> None:
+    def _scan_runtime_doc(self, path: str, doc: dict, origin: dict | None = None, defaults: dict | None = None) -> None:
+        """Every runtime of a (merged) configuration; ``origin`` maps a key path to the file that set
+        it, ``defaults`` the default runtime's name to where that default is set."""
+        origin = origin or {}
+        defaults = defaults or {}
+
+        def source(keypath: tuple) -> str:
+            if keypath in origin:
+                return origin[keypath]
+            n = len(keypath)
+            return next((f for k, f in origin.items() if k[:n] == keypath), path)
+
         crio = "crio" in doc
         for keypath, value in _walk(doc):
             if not isinstance(value, str) or keypath[-1] not in BINARY_KEYS:
                 continue
             name = _runtime_name(keypath)
-            self._runtime(path, name, _dotted(keypath), value)
+            self._runtime(source(keypath), name, _dotted(keypath), value, defaults.get(name))
         if crio:
             # A CRI-O runtime without runtime_path runs the binary named like the runtime ($PATH).
             runtimes = ((doc.get("crio") or {}).get("runtime") or {}).get("runtimes") or {}
             if isinstance(runtimes, dict):
                 for name, table in runtimes.items():
                     if isinstance(table, dict) and not table.get("runtime_path"):
-                        self._runtime(path, name, _dotted(("crio", "runtime", "runtimes", name)), name)
+                        keypath = ("crio", "runtime", "runtimes", name)
+                        self._runtime(source(keypath), name, _dotted(keypath), name, defaults.get(name))
             hooks_dirs = ((doc.get("crio") or {}).get("runtime") or {}).get("hooks_dir")
             if isinstance(hooks_dirs, str):
                 hooks_dirs = [hooks_dirs]
             for d in hooks_dirs or []:
                 if isinstance(d, str) and d not in self.hook_dirs:
                     self.hook_dirs.append(d)
-        self._annotation_passthrough(path, doc)
+        self._annotation_passthrough(path, doc, source)
 
-    def _annotation_passthrough(self, path: str, doc: dict) -> None:
+    def _annotation_passthrough(self, path: str, doc: dict, source=None) -> None:
         """containerd runtimes that copy pod/container annotations such as cdi.k8s.io/* into the
         OCI spec: the NVIDIA runtime injects any CDI device named there, whatever the key says."""
         for keypath, value in _walk(doc):
@@ -436,7 +428,10 @@ class NodeVerifier:
                 continue
             if fnmatch.fnmatchcase("cdi.k8s.io/x", value) or fnmatch.fnmatchcase("nvidia.cdi.k8s.io/x", value):
                 name = _runtime_name(keypath[:-1])
-                self._annotation_runtimes.append((path, name, _dotted(keypath[:-1]), value))
+                file = source(keypath) if source else path
+                entry = (file, name, _dotted(keypath[:-1]), value)
+                if entry not in self._annotation_runtimes:
+                    self._annotation_runtimes.append(entry)
 
     def _resolve_binary(self, binary: str) -> str:
         if "/" in binary:
@@ -505,7 +500,7 @@ class NodeVerifier:
         problems.extend(f"config path {c!r} is not absolute" for c in bad)
         return sorted({c for c in configs if c.startswith("/")}), problems, nvidia
 
-    def _runtime(self, path: str, name: str, key: str, value: str) -> None:
+    def _runtime(self, path: str, name: str, key: str, value: str, default_from: str | None = None) -> None:
         if TEMPLATE_SENTINEL in value:
             self.findings.append(finding(
                 UNVERIFIABLE, "templated", path,
@@ -518,6 +513,8 @@ class NodeVerifier:
         if not nvidia:
             return
         reader = f"runtime {name!r} ({path}: {key} = {value!r})"
+        if default_from:
+            reader = (f"runtime {name!r}, the default runtime (set in {default_from}) ({path}: {key} = {value!r})")
         entry = {"name": name, "file": path, "key": key, "binary": binary, "toolkit_configs": configs}
         if entry not in self.runtimes:
             self.runtimes.append(entry)
@@ -696,24 +693,81 @@ class NodeVerifier:
 
     # -- all together ---------------------------------------------------------------------------
 
-    def run(self) -> dict:
-        for path in self.runtime_files:
-            self._runtime_file(path, template=path.endswith(".tmpl"))
-        for d in self.runtime_dirs:
+    def _effective(self) -> None:
+        """Load the configuration in effect and judge only that (see bcd_runtime_config)."""
+        eff = load_runtime_config(self.fs, self._read_runtime, self._extra_files, self._extra_dirs)
+        self.effective = eff
+        for where, message, fix in eff.problems:
+            self.findings.append(finding(UNVERIFIABLE, "runtime-config", where, message, fix))
+        serving = [c for c in eff.configs if c["serves_cri"]]
+        for c in serving:
+            defaults = {}
+            if c.get("default_runtime"):
+                name, where = c["default_runtime"]
+                defaults[name] = where
+            self._scan_runtime_doc(c["root"], c["doc"], c["origin"], defaults)
+            for name, binary in sorted((c.get("extra_runtimes") or {}).items()):
+                self._runtime(c["root"], name, f"{c['runtime']}'s built-in base template (finds {binary})", binary,
+                              defaults.get(name))
+        if eff.configs and not serving:
+            roots = ", ".join(sorted({c["root"] for c in eff.configs}))
+            self.findings.append(finding(
+                UNVERIFIABLE, "no-cri-runtime", sorted({c["root"] for c in eff.configs})[0],
+                f"no container runtime configuration in effect serves CRI ({roots}: the CRI plugin is disabled), so "
+                "the kubelet's runtime is configured somewhere this check does not know.",
+                "name the kubelet's runtime configuration in bcd_container_runtime (files, dirs), or enable the CRI "
+                "plugin (remove it from disabled_plugins)",
+            ))
+        for c in eff.configs:
+            handlers = {}
+            for name, h in sorted(c["handlers"].items()):
+                binary = self._resolve_binary(h["binary"]) if h.get("binary") else None
+                if binary and TEMPLATE_SENTINEL in binary:
+                    nvidia = None  # computed by a template at run time: unknown
+                else:
+                    nvidia = bool(binary) and self._derived_configs(binary)[2]
+                handlers[name] = {"binary": binary, "nvidia": nvidia}
+            for name, binary in (c.get("extra_runtimes") or {}).items():
+                handlers.setdefault(name, {"binary": binary, "nvidia": True})
+            self.runtime_configs.append({
+                "runtime": c["runtime"], "rule": c["rule"], "root": c["root"], "files": c["files"],
+                "serves_cri": c["serves_cri"],
+                "default_runtime": c["default_runtime"][0] if c.get("default_runtime") else None,
+                "handlers": handlers,
+            })
+        self.ignored = list(eff.ignored)
+        self.notes.extend(eff.notes)
+        self.notes.extend(f"{i['file']} is not in effect: {i['why']}" for i in eff.ignored)
+
+    def _cdi_specs(self) -> list[dict]:
+        """Each CDI specification of kind nvidia.com/gpu: path, device names, whether all are UUIDs."""
+        specs = []
+        for d in CDI_DIRS:
             if not self.fs.isdir(d):
                 continue
             try:
-                files = self.fs.listdir(d)
+                paths = self.fs.listdir(d)
             except OSError as exc:
-                self.findings.append(finding(
-                    UNVERIFIABLE, "unreadable", d, f"{d} cannot be listed: {exc.strerror or exc}.",
-                    f"make {d} readable to the check",
-                ))
-                self._parsed_runtime += 1
+                specs.append({"path": d, "error": f"cannot be listed: {exc.strerror or exc}"})
                 continue
-            for path in files:
-                if path.endswith(DROPIN_SUFFIXES) or path.endswith(".tmpl"):
-                    self._runtime_file(path, template=path.endswith(".tmpl"))
+            for p in paths:
+                if not p.endswith((".yaml", ".yml", ".json")):
+                    continue
+                try:
+                    text = self.fs.read_text(p, limit=4 << 20)
+                except (OSError, UnicodeDecodeError) as exc:
+                    specs.append({"path": p, "error": f"cannot be read: {exc}"})
+                    continue
+                if not re.search(r"""^\s*"?kind"?\s*:\s*"?nvidia\.com/gpu"?""", text, re.M):
+                    continue
+                names = [n for n in re.findall(r"""^\s*-?\s*"?name"?\s*:\s*['"]?([^'"\s,]+)['"]?""", text, re.M)
+                         if n != "all"]
+                specs.append({"path": p, "devices": names,
+                              "by_uuid": bool(names) and all(UUID_NAME_RE.match(n) for n in names)})
+        return specs
+
+    def run(self) -> dict:
+        self._effective()
         if self._parsed_runtime == 0:
             self.findings.append(finding(
                 UNVERIFIABLE, "no-runtime-config", "/",
@@ -760,6 +814,10 @@ class NodeVerifier:
             "root": self.fs.root,
             "verdict": verdict_of(self.findings),
             "findings": self.findings,
+            "runtime_configs": self.runtime_configs,
+            "ignored_files": self.ignored,
+            "cdi_specs": self._cdi_specs(),
+            "plugins_registry": self.fs.isdir(KUBELET_PLUGINS_REGISTRY),
             "files_read": self.files_read,
             "runtimes": self.runtimes,
             "hooks": self.hooks,
@@ -771,7 +829,10 @@ class NodeVerifier:
         }
 
 
-def verify_node_root(root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None) -> dict:
+def verify_node_root(
+    root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
+    handler: str | None = "nvidia", gpu_api: str = "device-plugin",
+) -> dict:
     """Check one node's root directory for GPU isolation.
 
     ``root``: the node's root directory (``/`` on the node). ``runtime_paths`` and
@@ -784,9 +845,129 @@ def verify_node_root(root: str, runtime_paths: dict | None = None, toolkit_paths
     (``name``, ``file``, ``key``, ``binary``, ``toolkit_configs``), ``toolkit_configs`` each
     toolkit configuration read or required (``path``, ``exists``, ``readers``, ``known`` and the
     two keys' values), ``notes`` advice that does not change the verdict (the CDI spec).
+    The configuration in effect: ``runtime_configs`` (each candidate configuration the runtimes
+    load: ``runtime``, ``rule``, ``root``, ``files`` in load order, ``serves_cri``,
+    ``default_runtime``, ``handlers`` name -> ``{binary, nvidia}``), ``ignored_files``
+    (``{file, why}`` for each file that exists but is not in effect; also in ``notes``).
+    Readiness (``handler``: the RuntimeClass handler bcd's pod runs with, None for none;
+    ``gpu_api``: ``bcd_gpu_api``): ``ready`` and ``readiness`` (see :func:`readiness`), from
+    ``cdi_specs`` and ``plugins_registry`` too.
     Raises :class:`NodeRootError` when ``root`` is not a directory.
     """
-    return NodeVerifier(root, runtime_paths, toolkit_paths).run()
+    result = NodeVerifier(root, runtime_paths, toolkit_paths).run()
+    result["readiness"] = readiness(result, handler, gpu_api)
+    result["ready"] = ready_of(result["readiness"])
+    return result
+
+
+# --- readiness: can bcd's pod run and hand out GPUs here? ------------------------------------
+
+READY = "ready"
+NOT_READY = "not-ready"
+UNKNOWN = "unknown"
+READINESS = (READY, NOT_READY, UNKNOWN)
+
+
+def ready_of(findings: list[dict]) -> str:
+    """``not-ready`` if any readiness finding is, else ``unknown`` if any is, else ``ready``."""
+    statuses = {f["status"] for f in findings}
+    if NOT_READY in statuses:
+        return NOT_READY
+    if UNKNOWN in statuses:
+        return UNKNOWN
+    return READY
+
+
+def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -> list[dict]:
+    """Readiness findings for one node result of :func:`verify_node_root` (seed: GPU isolation,
+    CDI specs generated with ``--device-name-strategy=uuid``; Host mounts for DRA).
+
+    ``handler``: the runtime handler bcd's RuntimeClass names (None: bcd's pod runs without one).
+    It must be defined in every runtime configuration in effect that serves CRI (every candidate,
+    when the loading rules leave more than one), and run the NVIDIA container runtime. A CDI
+    specification of kind ``nvidia.com/gpu`` must name every device by UUID (``GPU-<uuid>``).
+    With ``gpu_api`` ``dra``, the kubelet's plugin registration directory must be present.
+    """
+    out = []
+    configs = [c for c in node.get("runtime_configs") or [] if c.get("serves_cri")]
+    if handler:
+        if not configs:
+            out.append(finding(
+                UNKNOWN, "runtime-handler", "/",
+                f"no runtime configuration in effect serves CRI, so whether the handler {handler!r} bcd's RuntimeClass "
+                "names is defined cannot be known.",
+                "make the kubelet's runtime configuration readable to the check (bcd_container_runtime)",
+            ))
+        # One finding per root file and problem, naming every candidate rule it holds under.
+        problems: dict[tuple, dict] = {}
+        for c in configs:
+            h = (c.get("handlers") or {}).get(handler)
+            kind = "missing" if h is None else "unknown" if h.get("nvidia") is None else "ok" if h.get("nvidia") else "other"
+            if kind == "ok":
+                continue
+            key = (c["root"], kind, (h or {}).get("binary"))
+            entry = problems.setdefault(key, {"rules": [], "defined": set()})
+            entry["rules"].append(c["rule"])
+            entry["defined"].update(c.get("handlers") or {})
+        for (root, kind, binary), entry in problems.items():
+            label = f"{root} ({' and '.join(entry['rules'])})"
+            defined = ", ".join(sorted(entry["defined"])) or "none"
+            if kind == "missing":
+                out.append(finding(
+                    NOT_READY, "runtime-handler", root,
+                    f"the runtime handler {handler!r} that bcd's RuntimeClass names is not defined in the configuration "
+                    f"in effect of {label} (handlers defined: {defined}), so bcd's pod cannot start here.",
+                    f"define a runtime {handler!r} that runs the NVIDIA container runtime (nvidia-ctk runtime configure "
+                    f"--runtime=<containerd|crio> --set-as-default=false; the GPU operator's toolkit does it), or set "
+                    "bcd_nvidia_runtime_class to a RuntimeClass whose handler is defined",
+                ))
+            elif kind == "unknown":
+                out.append(finding(
+                    UNKNOWN, "runtime-handler", root,
+                    f"the runtime handler {handler!r} in {label} runs a binary its template computes at run time, so "
+                    "whether it is the NVIDIA runtime cannot be known.",
+                    f"write the binary path of runtime {handler!r} literally in {root}",
+                ))
+            else:
+                out.append(finding(
+                    NOT_READY, "runtime-handler-not-nvidia", root,
+                    f"the runtime handler {handler!r} in {label} runs {binary or 'runc (no BinaryName)'}, not "
+                    "the NVIDIA container runtime, so bcd's pod gets no GPU driver libraries.",
+                    f"point runtime {handler!r} at nvidia-container-runtime (nvidia-ctk runtime configure), or set "
+                    "bcd_nvidia_runtime_class to a RuntimeClass that runs it",
+                ))
+    specs = node.get("cdi_specs")
+    if specs is not None:
+        if not specs:
+            out.append(finding(
+                NOT_READY, "cdi-spec", CDI_DIRS[0],
+                "no CDI specification of kind nvidia.com/gpu in /etc/cdi or /var/run/cdi: bcd hands GPUs out by CDI "
+                "device name (GPU-<uuid>), so it cannot hand out any GPU here.",
+                "generate one: nvidia-ctk cdi generate --device-name-strategy=uuid --output=/etc/cdi/nvidia.yaml "
+                "(gpu-stack.yml in packages mode; the GPU operator with spec.cdi.enabled=true)",
+            ))
+        for spec in specs:
+            if spec.get("error"):
+                out.append(finding(
+                    UNKNOWN, "cdi-spec", spec["path"], f"the CDI specification {spec['path']} {spec['error']}.",
+                    f"make {spec['path']} readable to the check",
+                ))
+            elif not spec.get("by_uuid"):
+                shown = ", ".join(spec.get("devices") or []) or "no device"
+                out.append(finding(
+                    NOT_READY, "cdi-spec-names", spec["path"],
+                    f"the CDI specification {spec['path']} names its devices {shown}, not GPU-<uuid>, so bcd cannot "
+                    "request a GPU by UUID.",
+                    "regenerate it: nvidia-ctk cdi generate --device-name-strategy=uuid (gpu-stack.yml in packages mode)",
+                ))
+    if gpu_api == "dra" and node.get("plugins_registry") is False:
+        out.append(finding(
+            NOT_READY, "dra-registration", KUBELET_PLUGINS_REGISTRY,
+            f"bcd_gpu_api is dra but {KUBELET_PLUGINS_REGISTRY} is absent: the kubelet has no plugin registration "
+            "directory there, so bcd's DRA driver cannot register.",
+            "use a kubelet with DRA (Kubernetes 1.32+, its root dir /var/lib/kubelet), or set bcd_gpu_api: device-plugin",
+        ))
+    return out
 
 
 # --- cluster level -------------------------------------------------------------------------
@@ -911,6 +1092,9 @@ def combine(
     policies: list[dict] | None,
     mode: str,
     node_files: dict[str, dict],
+    handler: str | None = "nvidia",
+    gpu_api: str = "device-plugin",
+    cluster_readiness: list[dict] | None = None,
 ) -> dict:
     """One verdict per selected Node, from cluster-level objects and node files.
 
@@ -925,6 +1109,11 @@ def combine(
     selected node). Without node files, a gpu-operator node takes the ClusterPolicy as its
     evidence (the report says its files were not read); a packages or custom node is
     ``unverifiable``.
+
+    Readiness per node (``ready``, ``readiness``): :func:`readiness` of its node files with
+    ``handler`` (the RuntimeClass's handler as the cluster has it) and ``gpu_api``, plus
+    ``cluster_readiness`` (such as a RuntimeClass that does not exist); ``unknown`` when its node
+    files were not read.
     """
     operator_mode = mode == "gpu-operator"
     policy_findings = []
@@ -942,11 +1131,23 @@ def combine(
         findings.extend(policy_findings)
         files = node_files.get(name)
         notes = []
+        ready = list(cluster_readiness or [])
         if files is not None and "result" in files:
             node_level = files["result"]
             findings.extend(node_level["findings"])
             notes.extend(node_level.get("notes") or [])
             source = files.get("source", "node files")
+            ready.extend(readiness(node_level, handler, gpu_api))
+        else:
+            ready.append(finding(
+                UNKNOWN, "node-files", name,
+                f"the node files of {name} were not read, so whether bcd's pod can run there (runtime handler, CDI "
+                "specification) is unknown.",
+                "list the node in inventory group gpu_nodes (reached over SSH), or give its collected root in "
+                "bcd_node_roots",
+            ))
+        if files is not None and "result" in files:
+            pass
         elif files is not None:
             source = files.get("source", "node files")
             findings.append(finding(
@@ -989,7 +1190,9 @@ def combine(
         out.append({
             "name": name,
             "verdict": verdict_of(findings),
+            "ready": ready_of(ready),
             "findings": findings,
+            "readiness": ready,
             "node_files": source,
             "notes": notes,
         })
@@ -1006,17 +1209,42 @@ def summary(nodes: list[dict]) -> dict:
     return counts
 
 
+def ready_summary(nodes: list[dict]) -> dict:
+    """Node count per readiness (``ready``, ``not-ready``, ``unknown``)."""
+    counts = {r: 0 for r in READINESS}
+    for n in nodes:
+        counts[n.get("ready") or UNKNOWN] += 1
+    return counts
+
+
 def table(nodes: list[dict]) -> list[str]:
     """A per-node table, one line per node and one indented line per finding."""
     if not nodes:
         return ["(no node selected)"]
     width = max(len("NODE"), *(len(n["name"]) for n in nodes))
-    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  NODE FILES"]
+    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  {'READY':<9}  NODE FILES"]
     for n in nodes:
-        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('node_files', '')}")
-        for f in n["findings"]:
+        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('ready') or UNKNOWN:<9}  {n.get('node_files', '')}")
+        for f in [*n["findings"], *(n.get("readiness") or [])]:
             lines.append(f"  - [{f['status']}] {f['where']}: {f['message']}")
             lines.append(f"      fix: {f['fix']}")
         for note in n.get("notes") or []:
             lines.append(f"  - [note] {note}")
+        lines.extend(bcd_lines(n.get("bcd")))
+    return lines
+
+
+def bcd_lines(view: dict | None) -> list[str]:
+    """bcd's own view of a node (nodes.list: state and conditions), for the per-node table."""
+    if view is None:
+        return []
+    if view.get("error"):
+        return [f"  - [bcd] the control plane's view could not be read: {view['error']}"]
+    if not view.get("state"):
+        return ["  - [bcd] the control plane does not know this node (it has not joined)"]
+    lines = [f"  - [bcd] {view.get('id') or '?'}: {view['state']}"
+             + ("" if view.get("conditions") else ", no conditions")]
+    for c in view.get("conditions") or []:
+        why = ": ".join(str(x) for x in (c.get("reason"), c.get("message")) if x)
+        lines.append(f"      condition {c.get('type')}={c.get('status')}" + (f" ({why})" if why else ""))
     return lines

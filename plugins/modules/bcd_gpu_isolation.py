@@ -16,16 +16,14 @@ description:
     or C(unverifiable), with each finding naming the file or object and its fix. It changes
     nothing.
   - "O(scope=node): reads one node's root directory (C(/) on the node itself, over SSH; a folder
-    of files collected from a node; a test folder). It reads every container runtime
-    configuration the node's runtime may read: containerd's C(/etc/containerd/config.toml) of
-    config versions 1 to 4 (v1 C(plugins.cri) and C([plugins.linux] runtime), C(options.BinaryName),
-    C(options.Runtime), C(runtime_engine), C(default_runtime)), its C(imports) globs (relative ones
-    from the importing file's directory, always inside the root) and the C(.toml)/C(.conf) files of
-    C(/etc/containerd/conf.d) and C(/etc/containerd/config.d); k3s's and RKE2's C(config.toml),
-    C(config.toml.tmpl) and C(config-v3.toml.tmpl) under C(/var/lib/rancher/<k3s|rke2>/agent/etc/containerd)
-    and their C(config.toml.d)/C(config-v3.toml.d); CRI-O's C(/etc/crio/crio.conf) and C(crio.conf.d);
-    and the OCI hooks of C(/usr/share/containers/oci/hooks.d), C(/etc/containers/oci/hooks.d) and
-    CRI-O's C(hooks_dir)."
+    of files collected from a node; a test folder): the container runtime configuration in effect
+    (containerd's C(/etc/containerd/config.toml) of config versions 1 to 3 and what its C(imports)
+    name, relative ones from the importing file's directory and always inside the root; k3s's and
+    RKE2's C(config.toml), the template in effect and their C(config.toml.d)/C(config-v3.toml.d);
+    CRI-O's C(/etc/crio/crio.conf) and C(crio.conf.d)), every binary key in it (v1 C(plugins.cri) and
+    C([plugins.linux] runtime), C(options.BinaryName), C(options.Runtime), C(runtime_engine),
+    C(default_runtime), C(runtime_path)), and the OCI hooks of C(/usr/share/containers/oci/hooks.d),
+    C(/etc/containers/oci/hooks.d) and CRI-O's C(hooks_dir)."
   - "For each runtime or hook that runs the NVIDIA container toolkit (C(nvidia-container-runtime),
     its C(.cdi) variant included, C(nvidia-container-toolkit), C(nvidia-container-runtime-hook), or
     a wrapper script that runs them) it derives the toolkit C(config.toml) that binary reads: the one a
@@ -55,6 +53,25 @@ description:
     ClusterPolicy is the evidence (device plugin off, toolkit env false, CDI on, NRI off) and the
     result says plainly that the node files were not read; with C(packages) or custom paths the node
     is C(unverifiable)."
+  - "Only the configuration in effect is judged (module_utils C(bcd_runtime_config)): containerd
+    loads C(/etc/containerd/config.toml) and what its C(imports) name, breadth first, merged by the
+    1.x rule (a plugin's section replaced whole by a later file's) and the 2.x rule (key by key; a
+    drop-in of a higher C(version) than the root's is refused), both judged for config versions 1
+    and 2, only 2.x for 3; a containerd whose C(disabled_plugins) names the CRI plugin serves no
+    pod. k3s and RKE2 render C(config-v3.toml.tmpl) in preference to C(config.toml.tmpl) and take
+    C(default-runtime) from C(/etc/rancher/<k3s|rke2>/config.yaml) and C(config.yaml.d/*.yaml).
+    CRI-O reads C(crio.conf) then C(crio.conf.d/*) in lexical order, the last value winning, and
+    never C(/etc/crio/conf.d). Every file that exists but is not in effect is a note naming it and
+    why (RV(node.ignored_files)); where the rules leave more than one candidate, each is judged and
+    the worst counts. When no configuration in effect serves CRI, the node is C(unverifiable)."
+  - "Readiness, a second verdict per node (C(ready), C(not-ready), C(unknown)): the handler bcd's
+    RuntimeClass names (C(bcd_nvidia_runtime_class); in O(scope=cluster) the RuntimeClass's
+    C(handler) as the cluster has it, and C(not-ready) when it does not exist) is defined in every
+    configuration in effect and runs the NVIDIA container runtime; a CDI specification of kind
+    C(nvidia.com/gpu) in C(/etc/cdi) or C(/var/run/cdi) names every device C(GPU-<uuid>) (seed: CDI
+    specs generated with C(--device-name-strategy=uuid)); with C(bcd_gpu_api=dra),
+    C(/var/lib/kubelet/plugins_registry) exists. A node whose files were not read is C(unknown). The
+    gate fails on C(not-ready) as on C(exposed) (C(bcd_gpu_isolation_enforce))."
   - "O(scope=settings): validates the GPU-isolation variables only and returns them normalised, for
     the role's own tasks."
   - Needs Python 3.11 (C(tomllib)) or the C(tomli) package on a node for O(scope=node); O(scope=cluster)
@@ -111,6 +128,29 @@ options:
       - O(scope=settings) and O(scope=cluster). Relative C(bcd_node_root), C(bcd_node_roots) and C(bcd_report_out) are taken
         relative to this directory (the directory ansible-playbook runs in); default the module's own.
     type: path
+  control_plane_nodes:
+    description:
+      - O(scope=cluster) only. bcd's own view of the selected Nodes, as module C(bcd_nodes) returns it
+        (C(nodes.list) matched by Node name - C(name), C(id), C(state), C(conditions)). Each node of the
+        table and report then shows its bcd state and conditions (seed - GPU isolation, The reaper; for
+        example C(ForeignGpuExposure), C(PodResourcesUnavailable), C(KubernetesReleaseStuck)). Shown only
+        - the verdicts and the gate are Ansible's own.
+    type: list
+    elements: dict
+  control_plane_error:
+    description: O(scope=cluster) only. Why bcd's view could not be read; every node shows it.
+    type: str
+  runtime_handler:
+    description:
+      - O(scope=node) only. The runtime handler bcd's pod runs with (the RuntimeClass's C(handler));
+        empty for none. O(scope=cluster) reads the RuntimeClass C(bcd_nvidia_runtime_class) names.
+    type: str
+    default: nvidia
+  gpu_api:
+    description: O(scope=node) only (O(scope=cluster) reads C(bcd_gpu_api)). C(dra) requires the kubelet's plugin registration directory.
+    type: str
+    choices: [device-plugin, dra]
+    default: device-plugin
   enforce:
     description:
       - O(scope=node) only (O(scope=cluster) reads C(bcd_gpu_isolation_enforce)). When false, a node
@@ -220,7 +260,22 @@ node:
       description: Each toolkit configuration read or required (C(path), C(exists), C(readers), the two keys).
       type: list
       elements: dict
-    notes: {description: Advice that does not change the verdict (the CDI specification)., type: list, elements: str}
+    notes: {description: Advice that does not change the verdict, and each file not in effect with why., type: list, elements: str}
+    ignored_files:
+      description: Each runtime configuration file that exists but is not in effect (C(file), C(why)).
+      type: list
+      elements: dict
+    runtime_configs:
+      description:
+        - Each configuration in effect (C(runtime), C(rule), C(root), C(files) in load order, C(serves_cri),
+          C(default_runtime), C(handlers) name to C({binary, nvidia})); more than one per runtime when the
+          loading rules leave it open.
+      type: list
+      elements: dict
+    cdi_specs: {description: "Each CDI specification of kind nvidia.com/gpu (C(path), C(devices), C(by_uuid))., type: list, elements: dict"}
+    plugins_registry: {description: Whether /var/lib/kubelet/plugins_registry exists., type: bool}
+    ready: {description: "C(ready), C(not-ready) or C(unknown).", type: str}
+    readiness: {description: Readiness findings (C(status) C(not-ready) or C(unknown)) as RV(node.findings)., type: list, elements: dict}
 nodes:
   description:
     - One entry per node (O(scope=cluster) - every Node C(bcd_node_selector) selects; O(scope=node) - the node).
@@ -230,7 +285,16 @@ nodes:
   contains:
     name: {description: The Node's name., type: str}
     verdict: {description: "C(isolated), C(exposed) or C(unverifiable).", type: str}
+    ready: {description: "C(ready), C(not-ready) or C(unknown): can bcd's pod run and hand out GPUs there.", type: str}
     findings: {description: As in RV(node.findings)., type: list, elements: dict}
+    readiness: {description: As in RV(node.readiness)., type: list, elements: dict}
+    bcd:
+      description:
+        - With O(control_plane_nodes) or O(control_plane_error) - bcd's own view of the node - C(id), C(state)
+          and C(conditions) (C([{type, status, reason, message}]) as C(nodes.list) gives them; C(state) null
+          when the control plane does not know the node), or C(error).
+      type: dict
+      returned: when O(control_plane_nodes) or O(control_plane_error) is given
     node_files:
       description: "Where the node files came from: C(over SSH from <host>), C(from <dir>), or C(not read)."
       type: str
@@ -245,7 +309,7 @@ summary:
   returned: scope is cluster or node
   type: dict
 passed:
-  description: True when every node is C(isolated) (and at least one node was checked).
+  description: True when every node is C(isolated) and none C(not-ready) (and at least one node was checked).
   returned: scope is cluster or node
   type: bool
 table:
@@ -255,9 +319,9 @@ table:
   elements: str
 report:
   description:
-    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "findings", "node_files",
-      "notes"}], "summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
-      "unmatched_node_files"}).'
+    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "findings", "readiness",
+      "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
+      "unmatched_node_files", "runtime_handler", "gpu_api"}).'
   returned: scope is cluster or node
   type: dict
 """
@@ -267,8 +331,11 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     ISOLATED,
+    NOT_READY,
     NodeRootError,
     combine,
+    finding,
+    ready_summary,
     summary,
     table,
     verify_node_root,
@@ -278,6 +345,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kub
 VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
     "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
+    "bcd_nvidia_runtime_class", "bcd_gpu_api",
 )
 SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
@@ -309,6 +377,8 @@ def _settings(module) -> dict:
         "node_roots": {k: absolute(v) for k, v in inv.bcd_node_roots.items()},
         "kubeconfig": inv.bcd_kubeconfig,
         "kube_context": inv.bcd_kube_context,
+        "runtime_class": inv.bcd_nvidia_runtime_class,
+        "gpu_api": inv.bcd_gpu_api,
     }
 
 
@@ -328,14 +398,17 @@ def _paths(module, name: str) -> dict:
 
 def _gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
     counts = summary(nodes)
-    passed = bool(nodes) and all(n["verdict"] == ISOLATED for n in nodes)
+    passed = bool(nodes) and all(n["verdict"] == ISOLATED and n.get("ready") != NOT_READY for n in nodes)
     report = {
         "cluster": cluster,
         "passed": passed,
         "enforce": enforce,
         "summary": counts,
+        "ready_summary": ready_summary(nodes),
         "nodes": [
-            {k: n.get(k) for k in ("name", "verdict", "findings", "node_files", "notes")} for n in nodes
+            {k: n.get(k) for k in ("name", "verdict", "ready", "findings", "readiness", "node_files", "notes", "bcd")
+             if k != "bcd" or "bcd" in n}
+            for n in nodes
         ],
     }
     report.update(extra)
@@ -364,22 +437,45 @@ def _read_cluster(kube: Kube, label_selector: str) -> dict:
     return {"nodes": nodes, "slices": slices, "slice_api": slice_api, "policies": policies}
 
 
+def _runtime_class(kube: Kube, name: str | None) -> tuple[str | None, list[dict], str]:
+    """(the handler bcd's RuntimeClass names, cluster readiness findings, where the handler came
+    from). No RuntimeClass setting: no handler. A RuntimeClass the cluster does not have: every
+    node is not-ready (the API refuses bcd's pod), judged against the name itself."""
+    if not name:
+        return None, [], "bcd_nvidia_runtime_class is null: bcd's pod runs without a RuntimeClass"
+    try:
+        rc = kube.request("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{name}") or {}
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        return name, [finding(
+            NOT_READY, "runtime-class", f"RuntimeClass/{name}",
+            f"the RuntimeClass {name!r} (bcd_nvidia_runtime_class) does not exist, so the API server refuses bcd's pod.",
+            f"create RuntimeClass {name} with handler nvidia (the GPU operator and nvidia-ctk document it), or set "
+            "bcd_nvidia_runtime_class to one that exists",
+        )], f"RuntimeClass/{name} does not exist; its name is taken as the handler"
+    handler = rc.get("handler") or name
+    return handler, [], f"RuntimeClass/{name} (handler {handler!r})"
+
+
 # --- scopes ------------------------------------------------------------------------------------
 
 def run_node(module) -> None:
     root = module.params["root"]
     name = module.params["node_name"]
     try:
-        result = verify_node_root(root, _paths(module, "runtime_paths"), _paths(module, "toolkit_paths"))
+        result = verify_node_root(root, _paths(module, "runtime_paths"), _paths(module, "toolkit_paths"),
+                                  module.params["runtime_handler"] or None, module.params["gpu_api"])
     except NodeRootError as exc:
         module.fail_json(msg=f"bcd_node_root: {exc}")
         return
     node = {"name": name, **result, "root": root}
-    entry = {**{k: node[k] for k in ("name", "verdict", "findings", "notes")}, "node_files": f"from {root}"}
+    entry = {**{k: node[k] for k in ("name", "verdict", "ready", "findings", "readiness", "notes")},
+             "node_files": f"from {root}"}
     gate = _gate([entry], None, module.params["enforce"], {"node_root": root})
     if not gate["passed"] and not module.params["enforce"]:
-        module.warn(f"GPU isolation: {name} is {entry['verdict']} (bcd_gpu_isolation_enforce is false, so this is "
-                    "only a warning)")
+        module.warn(f"GPU isolation: {name} is {entry['verdict']}, {entry['ready']} (bcd_gpu_isolation_enforce is "
+                    "false, so this is only a warning)")
     module.exit_json(changed=False, node=node, **gate)
 
 
@@ -412,10 +508,25 @@ def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
     return files, sorted(files)
 
 
+def _bcd_view(nodes: list[dict], cp_nodes: list[dict] | None, error: str | None) -> None:
+    """Attach bcd's own view (bcd_nodes' result) to each node entry, in place."""
+    if cp_nodes is None and not error:
+        return
+    by_name = {n.get("name"): n for n in cp_nodes or [] if isinstance(n, dict)}
+    for n in nodes:
+        if error:
+            n["bcd"] = {"error": error}
+            continue
+        c = by_name.get(n["name"]) or {}
+        n["bcd"] = {"id": c.get("id"), "state": c.get("state"), "conditions": list(c.get("conditions") or [])}
+
+
 def run_cluster(module) -> None:
     settings = _settings(module)
     try:
-        cluster = _read_cluster(Kube(api_client(settings["kubeconfig"], settings["kube_context"])), settings["label_selector"])
+        kube = Kube(api_client(settings["kubeconfig"], settings["kube_context"]))
+        cluster = _read_cluster(kube, settings["label_selector"])
+        handler, class_findings, handler_source = _runtime_class(kube, settings["runtime_class"])
     except KubeError as exc:
         module.fail_json(msg=f"GPU isolation check: {exc}")
         return
@@ -423,7 +534,9 @@ def run_cluster(module) -> None:
     result = combine(
         nodes=cluster["nodes"], slices=cluster["slices"], slice_api=cluster["slice_api"],
         policies=cluster["policies"], mode=settings["mode"], node_files=files,
+        handler=handler, gpu_api=settings["gpu_api"], cluster_readiness=class_findings,
     )
+    _bcd_view(result["nodes"], module.params["control_plane_nodes"], module.params["control_plane_error"])
     selected = {n["name"] for n in result["nodes"]}
     unmatched = [n for n in names if n not in selected]
     extra = {
@@ -436,6 +549,8 @@ def run_cluster(module) -> None:
         ),
         "cluster_policies": [(p.get("metadata") or {}).get("name") for p in cluster["policies"] or []],
         "unmatched_node_files": unmatched,
+        "runtime_handler": handler_source,
+        "gpu_api": settings["gpu_api"],
     }
     gate = _gate(result["nodes"], module.params["cluster_name"], settings["enforce"], extra)
     if not result["nodes"]:
@@ -444,7 +559,8 @@ def run_cluster(module) -> None:
         module.warn("GPU isolation: node files were given for nodes this cluster's selector does not select: "
                     + ", ".join(unmatched))
     if not gate["passed"] and not settings["enforce"] and result["nodes"]:
-        bad = [f"{n['name']} ({n['verdict']})" for n in result["nodes"] if n["verdict"] != ISOLATED]
+        bad = [f"{n['name']} ({n['verdict']}, {n['ready']})" for n in result["nodes"]
+               if n["verdict"] != ISOLATED or n["ready"] == NOT_READY]
         module.warn("GPU isolation: not isolated: " + ", ".join(bad)
                     + "; bcd_gpu_isolation_enforce is false, so this is only a warning")
     module.exit_json(changed=False, cluster_findings=result["cluster_findings"], **gate)
@@ -463,6 +579,10 @@ def main() -> None:
             "cluster_name": {"type": "str", "default": "cluster"},
             "enforce": {"type": "bool", "default": True},
             "base_dir": {"type": "path"},
+            "runtime_handler": {"type": "str", "default": "nvidia"},
+            "control_plane_nodes": {"type": "list", "elements": "dict"},
+            "control_plane_error": {"type": "str"},
+            "gpu_api": {"type": "str", "choices": ["device-plugin", "dra"], "default": "device-plugin"},
         },
         required_if=[("scope", "cluster", ("config",)), ("scope", "settings", ("config",))],
         supports_check_mode=True,

@@ -10,6 +10,9 @@ Commands:
   counters [--reset]                    requests per procedure and join outcomes
   joins                                 the last join attempt of every bcd pod
   forget [NODE ...]                     forget joined nodes (all without names), for tests
+  condition NODE TYPE STATUS [--reason R] [--message M]
+        set a condition of a joined node as nodes.list shows it (STATUS True, False, Unknown,
+        or clear to remove it)
 
 DIR: --dir, else $SANDBOX_DIR, else <repo>/.sandbox. Secrets (the API key, tokens) are never
 printed; the API key is in <dir>/control-plane.yml (0600).
@@ -69,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("joins")
     p = sub.add_parser("forget")
     p.add_argument("nodes", nargs="*")
+    p = sub.add_parser("condition")
+    p.add_argument("node")
+    p.add_argument("type")
+    p.add_argument("status", choices=["True", "False", "Unknown", "clear"])
+    p.add_argument("--reason", default="")
+    p.add_argument("--message", default="")
     args = parser.parse_args(argv)
     sdir = (args.dir or proc.sandbox_dir()).resolve()
 
@@ -132,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             out = admin.reset_counters() if args.reset else admin.counters()
         elif args.cmd == "joins":
             out = admin.joins()
+        elif args.cmd == "condition":
+            out = admin.set_condition(args.node, args.type, None if args.status == "clear" else args.status,
+                                      args.reason, args.message)
         else:
             out = {"forgotten": admin.forget_nodes(args.nodes or None)}
     except (AdminError, OSError) as exc:

@@ -21,6 +21,12 @@ POST       /nodes/forget          ``{"hostnames": [...]}`` (absent: every node):
                                   Answers ``{"forgotten": [hostname, ...]}``. For tests.
 POST       /tokens/expire         ``{"id": "jt_..."}``: the token expires now (time passing,
                                   for tests). Answers ``{"id", "expiresAt"}``; 404 if unknown.
+POST       /nodes/conditions      ``{"hostname", "type", "status", "reason"?, "message"?}``:
+                                  set the condition ``type`` of that node as ``nodes.list``
+                                  shows it (bcd's own, such as ``ForeignGpuExposure``;
+                                  ``status`` "True", "False" or "Unknown"), or with ``status``
+                                  null clear it. Answers ``{"hostname", "changed",
+                                  "conditions"}``; 404 if the control plane has no such node.
 =========  =====================  ===========================================================
 
 The client: ``Admin.for_sandbox(sdir)`` (reads ``state.json`` and the admin token).
@@ -120,6 +126,31 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
             raise _NotFound(f"no join token {doc['id']!r}")
         return {"id": row["id"], "expiresAt": rfc3339(row["expires_at"])}
 
+    async def node_condition(request):
+        doc = await body(request)
+        allowed = {"hostname", "type", "status", "reason", "message"}
+        if not isinstance(doc, dict) or set(doc) - allowed or not {"hostname", "type", "status"} <= set(doc):
+            raise FaultError('the body must be {"hostname", "type", "status", "reason"?, "message"?}')
+        for key in ("hostname", "type"):
+            if not isinstance(doc[key], str) or not doc[key]:
+                raise FaultError(f"{key}: must be a non-empty string")
+        if doc["status"] not in (None, "True", "False", "Unknown"):
+            raise FaultError('status: must be "True", "False", "Unknown" or null (clear the condition)')
+        for key in ("reason", "message"):
+            if doc.get(key) is not None and not isinstance(doc[key], str):
+                raise FaultError(f"{key}: must be a string")
+        condition = None
+        if doc["status"] is not None:
+            condition = {"type": doc["type"], "status": doc["status"], "reason": doc.get("reason") or "",
+                         "message": doc.get("message") or ""}
+        node = store.node_by_hostname(doc["hostname"])
+        if node is None:
+            raise _NotFound(f"no node {doc['hostname']!r} (it has not joined)")
+        changed = store.set_condition(doc["hostname"], doc["type"], condition)
+        node = store.node_by_hostname(doc["hostname"])
+        return {"hostname": doc["hostname"], "changed": changed,
+                "conditions": [node["conditions"][k] for k in sorted(node["conditions"])]}
+
     async def not_found(request, exc):
         return _error("NOT_FOUND", f"no route {request.method} {request.url.path}", 404)
 
@@ -131,6 +162,7 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
         Route("/joins", guarded(joins), methods=["GET"]),
         Route("/nodes/forget", guarded(forget), methods=["POST"]),
         Route("/tokens/expire", guarded(expire), methods=["POST"]),
+        Route("/nodes/conditions", guarded(node_condition), methods=["POST"]),
     ], exception_handlers={404: not_found, 405: not_found})
 
 
@@ -187,6 +219,11 @@ class Admin:
 
     def expire_token(self, token_id: str) -> dict:
         return self.request("POST", "/tokens/expire", {"id": token_id})
+
+    def set_condition(self, hostname: str, ctype: str, status: str | None, reason: str = "", message: str = "") -> dict:
+        """Set (``status`` None: clear) condition ``ctype`` of node ``hostname`` as nodes.list shows it."""
+        return self.request("POST", "/nodes/conditions", {"hostname": hostname, "type": ctype, "status": status,
+                                                          "reason": reason, "message": message})
 
     def forget_nodes(self, hostnames: list[str] | None = None) -> list[str]:
         body = {} if hostnames is None else {"hostnames": hostnames}

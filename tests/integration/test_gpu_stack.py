@@ -303,17 +303,23 @@ def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     first = run_playbook("gpu-stack.yml")
     assert first.returncode == 0, first.stdout[-3000:]
     roots = {}
-    cases = ("01-containerd-v2-nvidia-no-toolkit-config", "07-crio-dropin-key-commented", "11-cdi-variant-key-absent")
+    # exposed cases whose runtime handler bcd's RuntimeClass names (nvidia) is defined, so that once
+    # isolated they are ready too; no GPU here, so each gets the UUID-named CDI specification the
+    # driver would give nvidia-ctk
+    cases = ("01-containerd-v2-nvidia-no-toolkit-config", "07-crio-dropin-key-commented", "05-containerd-imports-dropin")
     for name, case in zip(gpu_names, itertools.cycle(cases)):  # every GPU node (earlier tests may have added some)
         roots[name] = tmp_path / name
         shutil.copytree(CASES / case, roots[name])
+        (roots[name] / "var/run/cdi").mkdir(parents=True)
+        (roots[name] / "var/run/cdi/nvidia.yaml").write_text(
+            "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n")
     inv = gpu_nodes_inventory(tmp_path, roots)
     args = ("-i", "inventories/sandbox", "-i", inv, "-e", "bcd_nvidia_toolkit=packages",
             "-e", f"gpu_stack_nvidia_ctk={nvidia_ctk()}")
     run = run_playbook("gpu-stack.yml", *args)
     assert run.returncode == 0, run.stdout[-4000:]
     for name in roots:
-        assert f"{name}  isolated      over SSH from {name}" in run.stdout
+        assert f"{name}  isolated      ready      over SSH from {name}" in run.stdout
     assert recap(run_playbook("gpu-stack.yml", *args).stdout)["sandbox"]["changed"] == 0
 
     # without node access, packages mode cannot prove anything

@@ -124,13 +124,28 @@ def test_imports_never_leave_the_root(tmp_path):
 
 
 @pytest.mark.parametrize("dropin", ["/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/config.d/nvidia.conf"])
-def test_containerd_dropin_dirs_are_read_without_imports(tmp_path, dropin):
+def test_containerd_dropin_dirs_are_not_loaded_without_imports(tmp_path, dropin):
+    """containerd loads config.toml and what its imports name, nothing else: a drop-in no import
+    names is a note, never an exposure."""
     root = make_root(tmp_path, {
         "/etc/containerd/config.toml": RUNC_ONLY,
         dropin: V2_NVIDIA.format(binary="/usr/bin/nvidia-container-runtime"),
     })
     r = verify_node_root(root)
-    assert r["verdict"] == EXPOSED and dropin in r["files_read"]
+    assert r["verdict"] == ISOLATED and dropin not in r["files_read"]
+    (ignored,) = r["ignored_files"]
+    assert ignored["file"] == dropin and "not imported" in ignored["why"]
+    assert any(n.startswith(f"{dropin} is not in effect: not imported") for n in r["notes"])
+
+
+@pytest.mark.parametrize("dropin", ["/etc/containerd/conf.d/99-nvidia.toml", "/etc/containerd/config.d/nvidia.conf"])
+def test_containerd_dropin_dirs_are_loaded_when_imported(tmp_path, dropin):
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": f'version = 2\nimports = ["{dropin.rsplit("/", 1)[0]}/*"]\n' + RUNC_ONLY[12:],
+        dropin: V2_NVIDIA.format(binary="/usr/bin/nvidia-container-runtime"),
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == EXPOSED and dropin in r["files_read"] and r["ignored_files"] == []
 
 
 def test_dropin_dir_ignores_other_suffixes(tmp_path):

@@ -1,0 +1,271 @@
+"""The loading rules the verifier models, one by one (bcd_runtime_config), and readiness."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
+    DEFAULT_TOOLKIT_CONFIG,
+    EXPOSED,
+    ISOLATED,
+    KEY,
+    NOT_READY,
+    UNVERIFIABLE,
+    table,
+    verify_node_root,
+)
+
+from tests.helpers import run_module
+from tests.unit.test_gpu_isolation_node import make_root
+
+SAFE = f"{KEY} = false\n"
+V2 = 'plugins."io.containerd.grpc.v1.cri"'
+NV = "/usr/bin/nvidia-container-runtime"
+UUID_SPEC = "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n"
+
+
+def ignored(r) -> dict[str, str]:
+    return {i["file"]: i["why"] for i in r["ignored_files"]}
+
+
+# --- containerd ----------------------------------------------------------------------------------
+
+def test_imports_load_breadth_first_relative_to_the_importing_file(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": 'version = 2\nimports = ["d/a.toml", "/etc/containerd/d/b.toml"]\n',
+        "/etc/containerd/d/a.toml": 'version = 2\nimports = ["nested.toml"]\n',
+        "/etc/containerd/d/b.toml": "version = 2\n",
+        "/etc/containerd/d/nested.toml": "version = 2\n",
+    })
+    (c, *_) = verify_node_root(root)["runtime_configs"]
+    assert c["files"] == ["/etc/containerd/config.toml", "/etc/containerd/d/a.toml", "/etc/containerd/d/b.toml",
+                          "/etc/containerd/d/nested.toml"]
+
+
+def test_1x_replaces_the_plugin_section_2x_merges_key_by_key_worst_counts(tmp_path):
+    """A later file's CRI section without the nvidia runtime: gone under 1.x, kept under 2.x. A
+    version 2 configuration may run on either, so the runtime counts (exposed)."""
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": f'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+                                       f'[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
+        "/etc/containerd/conf.d/50-runc.toml": f'version = 2\n[{V2}.containerd]\n  default_runtime_name = "runc"\n',
+    })
+    r = verify_node_root(root)
+    handlers = {c["rule"]: set(c["handlers"]) for c in r["runtime_configs"]}
+    assert handlers == {"containerd 1.x": set(), "containerd 2.x": {"nvidia"}}
+    assert r["verdict"] == EXPOSED
+    # and readiness takes the worst candidate too: under 1.x there is no nvidia handler
+    assert "runtime-handler" in {f["check"] for f in r["readiness"]}
+
+
+def test_version_3_is_containerd_2x_only_and_migrates_older_dropins(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n"
+                                       "[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n",
+        "/etc/containerd/conf.d/nv.toml": f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
+        DEFAULT_TOOLKIT_CONFIG: SAFE,
+    })
+    r = verify_node_root(root)
+    (c,) = r["runtime_configs"]
+    assert c["rule"] == "containerd 2.x" and c["handlers"]["nvidia"]["nvidia"] is True
+    assert c["default_runtime"] == "runc"
+
+
+def test_2x_refuses_a_dropin_of_a_higher_version(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
+        "/etc/containerd/conf.d/v3.toml": f"version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+                                          f"  BinaryName = '{NV}'\n",
+    })
+    r = verify_node_root(root)
+    assert [c["rule"] for c in r["runtime_configs"]] == ["containerd 1.x"]
+    assert any("higher than the root's 2" in n for n in r["notes"])
+
+
+def test_unknown_version_is_judged_under_both_rules(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": f"version = 7\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+                                       f"  BinaryName = '{NV}'\n",
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == EXPOSED and {c["rule"] for c in r["runtime_configs"]} == {"containerd 1.x", "containerd 2.x"}
+    assert any("config version 7" in n and "worst" in n for n in r["notes"])
+
+
+def test_disabled_cri_in_a_dropin_disables_it_for_the_whole_containerd(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": f'version = 2\nimports = ["off.toml"]\n[{V2}.containerd.runtimes.nvidia.options]\n'
+                                       f'  BinaryName = "{NV}"\n',
+        "/etc/containerd/off.toml": 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n',
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and {f["check"] for f in r["findings"]} == {"no-cri-runtime"}
+    assert [f["status"] for f in r["readiness"] if f["check"] == "runtime-handler"] == ["unknown"]
+
+
+def test_a_missing_import_is_unverifiable(tmp_path):
+    root = make_root(tmp_path, {"/etc/containerd/config.toml": 'version = 2\nimports = ["/etc/containerd/gone.toml"]\n'})
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and r["findings"][0]["where"] == "/etc/containerd/gone.toml"
+
+
+def test_dropins_without_a_config_toml_are_not_loaded(tmp_path):
+    root = make_root(tmp_path, {"/etc/containerd/conf.d/nv.toml": f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n'
+                                                                    f'  BinaryName = "{NV}"\n'})
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and {f["check"] for f in r["findings"]} == {"no-runtime-config"}
+    assert "does not exist" in ignored(r)["/etc/containerd/conf.d/nv.toml"]
+
+
+# --- k3s and RKE2 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("distro", ["k3s", "rke2"])
+def test_v3_template_takes_precedence(tmp_path, distro):
+    d = f"/var/lib/rancher/{distro}/agent/etc/containerd"
+    root = make_root(tmp_path, {
+        f"{d}/config-v3.toml.tmpl": "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+                                    "  runtime_type = 'io.containerd.runc.v2'\n",
+        f"{d}/config.toml.tmpl": f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == ISOLATED
+    assert "takes precedence" in ignored(r)[f"{d}/config.toml.tmpl"]
+
+
+def test_template_with_an_unreadable_base_judges_the_runtimes_k3s_would_add(tmp_path):
+    d = "/var/lib/rancher/k3s/agent/etc/containerd"
+    root = make_root(tmp_path, {
+        f"{d}/config-v3.toml.tmpl": '{{ template "base" . }}\n',
+        "/usr/local/nvidia/toolkit/nvidia-container-runtime": "binary",
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == EXPOSED
+    assert r["runtimes"][0]["binary"] == "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    assert any("built-in base template" in n and "nvidia: /usr/local/nvidia/toolkit" in n for n in r["notes"])
+
+
+def test_config_yaml_d_sets_the_default_runtime_last_wins(tmp_path):
+    root = make_root(tmp_path, {
+        "/var/lib/rancher/rke2/agent/etc/containerd/config.toml": f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n'
+                                                                   f'  BinaryName = "{NV}"\n',
+        "/etc/rancher/rke2/config.yaml": "default-runtime: runc\n",
+        "/etc/rancher/rke2/config.yaml.d/50-gpu.yaml": "default-runtime: nvidia\n",
+        DEFAULT_TOOLKIT_CONFIG: SAFE,
+    })
+    r = verify_node_root(root)
+    assert {c["default_runtime"] for c in r["runtime_configs"]} == {"nvidia"}
+    assert r["verdict"] == ISOLATED
+
+
+# --- CRI-O -----------------------------------------------------------------------------------------
+
+def test_crio_dropins_in_lexical_order_the_last_value_wins(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/crio/crio.conf": f'[crio.runtime.runtimes.nvidia]\nruntime_path = "{NV}"\n',
+        "/etc/crio/crio.conf.d/10-a.conf": '[crio.runtime]\ndefault_runtime = "nvidia"\n',
+        "/etc/crio/crio.conf.d/20-b.conf": '[crio.runtime]\ndefault_runtime = "crun"\n'
+                                           '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/crun"\n',
+    })
+    r = verify_node_root(root)
+    (c,) = r["runtime_configs"]
+    assert c["files"] == ["/etc/crio/crio.conf", "/etc/crio/crio.conf.d/10-a.conf", "/etc/crio/crio.conf.d/20-b.conf"]
+    assert c["default_runtime"] == "crun" and c["handlers"]["nvidia"]["nvidia"] is False
+    assert r["verdict"] == ISOLATED and "/etc/crio/crio.conf.d/10-a.conf" in ignored(r)
+
+
+# --- readiness -------------------------------------------------------------------------------------
+
+def test_ready_node_and_dra_registration(tmp_path):
+    files = {
+        "/etc/containerd/config.toml": f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
+        DEFAULT_TOOLKIT_CONFIG: SAFE,
+        "/var/run/cdi/nvidia.yaml": UUID_SPEC,
+    }
+    root = make_root(tmp_path, files)
+    assert verify_node_root(root)["ready"] == "ready"
+    r = verify_node_root(root, gpu_api="dra")
+    assert r["ready"] == NOT_READY and {f["check"] for f in r["readiness"]} == {"dra-registration"}
+    (tmp_path / "root/var/lib/kubelet/plugins_registry").mkdir(parents=True)
+    assert verify_node_root(root, gpu_api="dra")["ready"] == "ready"
+    # bcd_nvidia_runtime_class: null, no handler to check
+    assert verify_node_root(root, handler=None)["ready"] == "ready"
+
+
+def test_the_table_has_a_ready_column():
+    lines = table([{"name": "n1", "verdict": "isolated", "ready": "not-ready", "node_files": "from /x", "findings": [],
+                    "readiness": [{"status": "not-ready", "where": "/etc/cdi", "message": "m", "fix": "f"}]}])
+    assert lines[0].split() == ["NODE", "VERDICT", "READY", "NODE", "FILES"]
+    assert lines[1].split() == ["n1", "isolated", "not-ready", "from", "/x"]
+    assert lines[2] == "  - [not-ready] /etc/cdi: m"
+
+
+def test_node_scope_module_reports_readiness_and_gates_on_it(tmp_path):
+    from tests.unit.test_gpu_runtime_effective_cases import CASES
+
+    code, out = run_module("bcd_gpu_isolation", {"scope": "node", "root": str(CASES / "19-no-nvidia-handler"),
+                                                 "node_name": "n19"})
+    assert code == 0 and out["passed"] is False
+    (node,) = out["report"]["nodes"]
+    assert node["verdict"] == "isolated" and node["ready"] == NOT_READY
+    assert {f["check"] for f in node["readiness"]} == {"runtime-handler", "cdi-spec"}
+    assert "READY" in out["table"][0]
+
+
+def test_a_handler_whose_binary_a_template_computes_is_unknown(tmp_path):
+    root = make_root(tmp_path, {
+        "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl":
+            f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{{{{ .NodeConfig.Nvidia }}}}"\n',
+        "/etc/cdi/nvidia.yaml": UUID_SPEC,
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and r["ready"] == "unknown"
+    assert [(f["check"], f["status"]) for f in r["readiness"]] == [("runtime-handler", "unknown")]
+
+
+def test_custom_runtime_files_are_read_as_given(tmp_path):
+    """bcd_container_runtime names a file the known locations do not cover: it is a configuration
+    of its own (CRI-O's format here), judged and checked for the handler."""
+    root = make_root(tmp_path, {
+        "/opt/crio/crio.toml": f'[crio.runtime.runtimes.nvidia]\nruntime_path = "{NV}"\n',
+        DEFAULT_TOOLKIT_CONFIG: SAFE,
+        "/etc/cdi/nvidia.yaml": UUID_SPEC,
+    })
+    r = verify_node_root(root, runtime_paths={"files": ["/opt/crio/crio.toml"], "dirs": []})
+    assert r["verdict"] == ISOLATED and r["ready"] == "ready", r["readiness"]
+    assert r["runtimes"][0]["file"] == "/opt/crio/crio.toml"
+
+
+def test_bcd_view_lines():
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import bcd_lines
+
+    assert bcd_lines(None) == []
+    assert bcd_lines({"error": "UNAVAILABLE"}) == ["  - [bcd] the control plane's view could not be read: UNAVAILABLE"]
+    assert "does not know this node" in bcd_lines({"id": None, "state": None, "conditions": []})[0]
+    lines = bcd_lines({"id": "node_1", "state": "ready", "conditions": [
+        {"type": "KubernetesReleaseStuck", "status": "True", "reason": "Timeout", "message": "kubelet stuck"}]})
+    assert lines == ["  - [bcd] node_1: ready", "      condition KubernetesReleaseStuck=True (Timeout: kubelet stuck)"]
+
+
+def test_combine_gives_readiness_per_node(tmp_path):
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import NOT_READY as NR
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import combine, finding
+
+    from tests.unit.test_gpu_runtime_effective_cases import CASES
+
+    nodes = [{"metadata": {"name": n}, "status": {"allocatable": {}}} for n in ("a", "b")]
+    policy = {"metadata": {"name": "cluster-policy"}, "spec": {
+        "devicePlugin": {"enabled": False}, "cdi": {"enabled": True},
+        "toolkit": {"env": [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"}]}}}
+    files = {"a": {"source": "from x", "result": verify_node_root(str(CASES / "18-cdi-spec-index-names"))}}
+    out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files=files)
+    by = {n["name"]: n for n in out["nodes"]}
+    assert (by["a"]["verdict"], by["a"]["ready"]) == ("isolated", NR)
+    assert (by["b"]["verdict"], by["b"]["ready"]) == ("isolated", "unknown")
+    # the handler as the cluster's RuntimeClass names it: 18 defines nvidia, not gpu
+    out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files=files,
+                  handler="gpu")
+    assert "runtime-handler" in {f["check"] for f in out["nodes"][0]["readiness"]}
+    # a cluster-level readiness finding (no RuntimeClass) makes every node not-ready
+    missing = finding(NR, "runtime-class", "RuntimeClass/nvidia", "m", "f")
+    out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files={},
+                  cluster_readiness=[missing])
+    assert {n["ready"] for n in out["nodes"]} == {NR}
