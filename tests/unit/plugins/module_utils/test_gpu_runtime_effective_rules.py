@@ -15,7 +15,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
 )
 
 from tests.helpers import run_module
-from tests.unit.test_gpu_isolation_node import make_root
+from tests.unit.plugins.module_utils.test_gpu_isolation_node import make_root
 
 SAFE = f"{KEY} = false\n"
 V2 = 'plugins."io.containerd.grpc.v1.cri"'
@@ -199,7 +199,7 @@ def test_the_table_has_a_ready_column():
 
 
 def test_node_scope_module_reports_readiness_and_gates_on_it(tmp_path):
-    from tests.unit.test_gpu_runtime_effective_cases import CASES
+    from tests.unit.plugins.module_utils.test_gpu_runtime_effective_cases import CASES
 
     code, out = run_module("bcd_gpu_isolation", {"scope": "node", "root": str(CASES / "19-no-nvidia-handler"),
                                                  "node_name": "n19"})
@@ -249,7 +249,7 @@ def test_combine_gives_readiness_per_node(tmp_path):
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import NOT_READY as NR
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import combine, finding
 
-    from tests.unit.test_gpu_runtime_effective_cases import CASES
+    from tests.unit.plugins.module_utils.test_gpu_runtime_effective_cases import CASES
 
     nodes = [{"metadata": {"name": n}, "status": {"allocatable": {}}} for n in ("a", "b")]
     policy = {"metadata": {"name": "cluster-policy"}, "spec": {
