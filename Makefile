@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 
 .PHONY: setup lint test test-unit test-sandbox test-molecule test-long demo sandbox sandbox-down \
-        sandbox-status sandbox-build bench clean
+        sandbox-status sandbox-build bench clean kind kind-down kind-status
 
 setup: $(STAMP)
 
@@ -54,6 +54,16 @@ sandbox-down: setup
 
 sandbox-status: setup
 	$(BIN)/python -m sandbox status
+
+# The kind test bed: real kubelets under podman, built from local parts (README: make kind).
+kind: setup
+	$(BIN)/python -m sandbox kind up
+
+kind-down: setup
+	$(BIN)/python -m sandbox kind down
+
+kind-status: setup
+	$(BIN)/python -m sandbox kind status
 
 demo: sandbox
 	$(BIN)/ansible-playbook adopt-cluster.yml
