@@ -30,7 +30,8 @@ the pod. Nothing comes from a container registry:
 - RuntimeClass ``nvidia`` (handler ``nvidia``) and the GPU operator's ClusterPolicy CRD and
   object, as in the KWOK sandbox. Only the workers' containerd has the ``nvidia`` handler: it runs
   runc through ``/usr/local/bin/nvidia-container-runtime``, a stand-in that logs each call to
-  ``/var/log/nvidia-container-runtime.log`` in the node and then runs runc. The control-plane node
+  ``/var/log/nvidia-container-runtime.log`` in the node and then runs runc; the workers carry the
+  labels GPU feature discovery puts on a GPU node (``nvidia.com/gpu.present=true``, ...). The control-plane node
   lacks the handler, so a pod with ``runtimeClassName: nvidia`` bound there fails with the
   kubelet's own ``FailedCreatePodSandBox`` error; ``/kind/bin/bcd-nvidia-handler.sh on|off`` in a
   node adds or removes the handler (and restarts containerd).
@@ -624,6 +625,17 @@ def setup_network(sdir: Path, say=say, timeout: float = 180) -> None:
     say(f"kind: pod network: {', '.join(f'{n} {c}' for n, c in sorted(cidrs.items()))}")
 
 
+def label_gpu_workers(sdir: Path, workers: list[str]) -> None:
+    """Label the workers as GPU feature discovery labels a GPU node (the sandbox's GPU_LABELS), so
+    what selects GPU nodes selects them; they have no GPU, only the ``nvidia`` handler."""
+    from kubernetes import client
+
+    with _api(sdir) as api:
+        core = client.CoreV1Api(api)
+        for node in workers:
+            core.patch_node(node, {"metadata": {"labels": cluster.GPU_LABELS}})
+
+
 def wait_ready(sdir: Path, say=say, timeout: float = 240) -> None:
     """Every node Ready and CoreDNS available, or KindError naming what is not."""
     from kubernetes import client
@@ -677,6 +689,7 @@ def up(say=say) -> Path:
     for node in node_names(name)[1:]:
         node_exec(node, "/kind/bin/bcd-nvidia-handler.sh on")
     setup_network(sdir, say)
+    label_gpu_workers(sdir, node_names(name)[1:])
     cluster.ensure_objects(sdir)
     wait_ready(sdir, say)
     say(f"kind: cluster {name} up in {_fmt(time.monotonic() - t0)} (images {_fmt(t1 - t0)}, "
