@@ -12,6 +12,7 @@ A cluster that was up before the test is left up; one the test started is delete
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -157,7 +158,7 @@ def test_pod_security_admission_enforces(core):
         with pytest.raises(ApiException) as err:
             core.create_namespaced_pod(name, pod)
         assert err.value.status == 403
-        assert 'violates PodSecurity "restricted:latest"' in err.value.body
+        assert 'violates PodSecurity "restricted:latest"' in json.loads(err.value.body)["message"]
     finally:
         core.delete_namespace(name)
 
