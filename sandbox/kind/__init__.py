@@ -50,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -183,6 +184,65 @@ def ensure_host(say=say) -> None:
         # kind bind-mounts /lib/modules into every node; podman refuses a missing source.
         Path("/lib/modules").mkdir(parents=True)
         say("kind: created the empty directory /lib/modules (kind mounts it into its nodes)")
+
+
+# inotify instances the test bed takes from root's fs.inotify.max_user_instances (measured: systemd
+# 4, kubelet 7, containerd, dbus and kube-proxy 1 each per node; 17 for the control-plane pods).
+INOTIFY_NEEDED = 70
+
+
+def inotify_in_use() -> int:
+    """inotify instances held by root's processes (all of them count against one limit)."""
+    used = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if fd_dir.parent.stat().st_uid != 0:
+                continue
+            used += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+        except OSError:
+            continue
+    return used
+
+
+def inotify_shortfall() -> str | None:
+    """Why the kind nodes would not get the inotify instances they need, or None."""
+    try:
+        limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    except (OSError, ValueError):
+        return None
+    used = inotify_in_use()
+    if limit - used >= INOTIFY_NEEDED:
+        return None
+    return (f"kind: only {max(limit - used, 0)} of root's {limit} inotify instances are free "
+            f"(fs.inotify.max_user_instances; {used} in use, by other sandboxes or clusters on this machine); "
+            f"the kind nodes need about {INOTIFY_NEEDED}, and a kubelet without one exits with "
+            "'inotify_init: too many open files'. Stop other sandboxes, or raise the limit "
+            "(as root: sysctl -w fs.inotify.max_user_instances=1024, kind's documented fix; "
+            "the test bed does not change system settings itself)")
+
+
+def kubelet_problems(names: list[str] | None = None) -> list[str]:
+    """For each node container whose kubelet is not active: the node and its kubelet's last error."""
+    problems = []
+    for node in names or node_names():
+        active = podman("exec", node, "systemctl", "is-active", "kubelet", check=False)
+        if active.stdout.strip() == "active":
+            continue
+        journal = podman("exec", node, "journalctl", "-u", "kubelet", "--no-pager", "-n", "200", check=False)
+        # klog lines: "E1130 17:37:05.071787 3758 kubelet.go:1804] "Failed to start cAdvisor" err=..."
+        errors = [m.group(1) for m in re.finditer(r"\bE\d{4} [\d:.]+\s+\d+ [^\]]+\] (.*)", journal.stdout)]
+        with_err = [e for e in errors if "err=" in e]
+        last = (with_err or errors or journal.stdout.strip().splitlines() or ["no kubelet log"])[-1]
+        problems.append(f"{node}: kubelet {active.stdout.strip() or 'not running'}: {last[-300:]}")
+    return problems
+
+
+def _not_ready(what: str) -> KindError:
+    problems = kubelet_problems()
+    hint = ""
+    if any("too many open files" in p for p in problems):
+        hint = "\n" + (inotify_shortfall() or "kind: root's inotify instances ran out (fs.inotify.max_user_instances)")
+    return KindError(f"{what}" + "".join(f"\n  {p}" for p in problems) + hint)
 
 
 def containers_conf() -> Path:
@@ -599,7 +659,7 @@ def setup_network(sdir: Path, say=say, timeout: float = 180) -> None:
             if len(nodes) >= 3 and all(cidrs.values()):
                 break
             if time.monotonic() > deadline:
-                raise KindError(f"kind: nodes without a pod CIDR after {timeout:.0f}s: {cidrs}")
+                raise _not_ready(f"kind: nodes without a pod CIDR after {timeout:.0f}s: {cidrs}")
             time.sleep(1)
     addrs = {n.metadata.name: next(a.address for a in n.status.addresses if a.type == "InternalIP") for n in nodes}
     for node in cidrs:
@@ -654,8 +714,8 @@ def wait_ready(sdir: Path, say=say, timeout: float = 240) -> None:
             if len(nodes) >= 3 and not not_ready and dns_ok:
                 return
             if time.monotonic() > deadline:
-                raise KindError(f"kind: not ready after {timeout:.0f}s: nodes not Ready: {not_ready or 'none'}; "
-                                f"CoreDNS available {dns.status.available_replicas or 0}/{dns.spec.replicas}")
+                raise _not_ready(f"kind: not ready after {timeout:.0f}s: nodes not Ready: {not_ready or 'none'}; "
+                                 f"CoreDNS available {dns.status.available_replicas or 0}/{dns.spec.replicas}")
             if time.monotonic() - last > 15:
                 last = time.monotonic()
                 say(f"kind: waiting: {len(nodes) - len(not_ready)}/{len(nodes)} nodes Ready, CoreDNS "
@@ -676,6 +736,9 @@ def up(say=say) -> Path:
     (sdir / "kind-config.yaml").write_text(yaml.safe_dump(kind_config(node_image), sort_keys=False))
     kubeconfig = sdir / "kubeconfig"
     if not exists(name):
+        short = inotify_shortfall()
+        if short:
+            raise KindError(short)
         say(f"kind: creating cluster {name} (1 control-plane node, 2 workers) from {node_image}")
         _kind("create", "cluster", "--name", name, "--config", str(sdir / "kind-config.yaml"),
               "--kubeconfig", str(kubeconfig), stream=True)

@@ -6,7 +6,8 @@ it against what the real nodes do: three nodes Ready with the pinned kubelet; a 
 the same pod on the control-plane node, whose containerd has no ``nvidia`` handler, fails with the
 kubelet's own error; pods on different nodes reach each other; CoreDNS resolves; PodSecurity
 admission enforces a namespace's level; the RuntimeClass and ClusterPolicy exist. Skipped, with
-the reason, where the test bed cannot run (not root, packages missing and no apt-get, no Go).
+the reason, where the test bed cannot run (not root, packages missing and no apt-get, no Go, or
+too few of root's inotify instances free for the kubelets).
 A cluster that was up before the test is left up; one the test started is deleted afterwards.
 """
 
@@ -42,6 +43,8 @@ def bed():
     if reason:
         pytest.skip(reason)
     was_up = kind.exists()
+    if not was_up and kind.inotify_shortfall():
+        pytest.skip(kind.inotify_shortfall())
     kind.up()
     api = cluster.api_client(kind.kind_dir())
     yield api
