@@ -63,7 +63,7 @@ from typing import Any
 
 import yaml
 
-from sandbox import build, cluster
+from sandbox import build, cluster, proc
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -586,11 +586,12 @@ def _kind(*args: str, check: bool = True, stream: bool = False, timeout: float =
     if stream:
         proc = subprocess.Popen(argv, env=podman_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
+        t0 = time.monotonic()
         for line in proc.stdout:
             line = line.rstrip()
             lines.append(line)
             if line.strip():
-                say(f"kind: | {line.strip()}")
+                say(f"kind: {_fmt(time.monotonic() - t0)} | {line.strip()}")
         rc = proc.wait(timeout=timeout)
         out = subprocess.CompletedProcess(argv, rc, "\n".join(lines), "")
     else:
@@ -723,8 +724,19 @@ def wait_ready(sdir: Path, say=say, timeout: float = 240) -> None:
             time.sleep(2)
 
 
-def up(say=say) -> Path:
-    """Build what is missing and start (or complete) the kind test bed; the admin kubeconfig's path."""
+def attach_dir() -> Path:
+    """The sandbox directory of the simulated part attached to the kind cluster (``<kind dir>/sandbox``);
+    ``SANDBOX_DIR`` for inventories/sandbox and ``python -m sandbox status``."""
+    return kind_dir() / "sandbox"
+
+
+def up(say=say, attach: bool = False, kwok_nodes: int | None = None) -> Path:
+    """Build what is missing and start (or complete) the kind test bed; the admin kubeconfig's path.
+
+    ``attach`` then runs the sandbox's simulated part on it (``python -m sandbox attach``): the
+    control-plane emulator and KWOK nodes (``kwok_nodes`` simulated GPU nodes, default 0, and the
+    simulated CPU node), with ``attach_dir()`` as its sandbox directory.
+    """
     t0 = time.monotonic()
     name = cluster_name()
     sdir = kind_dir()
@@ -755,6 +767,9 @@ def up(say=say) -> Path:
     label_gpu_workers(sdir, node_names(name)[1:])
     cluster.ensure_objects(sdir)
     wait_ready(sdir, say)
+    if attach:
+        cluster.attach(attach_dir(), kubeconfig, nodes=kwok_nodes or 0)
+        say(f"kind: simulated part attached; SANDBOX_DIR={attach_dir()} for inventories/sandbox")
     say(f"kind: cluster {name} up in {_fmt(time.monotonic() - t0)} (images {_fmt(t1 - t0)}, "
         f"{'create' if created else 'check'} {_fmt(time.monotonic() - t1)}): 3 nodes Ready, CoreDNS available, "
         f"RuntimeClass nvidia (handler on the workers), ClusterPolicy; KUBECONFIG={kubeconfig}")
@@ -765,6 +780,8 @@ def down(say=say) -> list[str]:
     """Delete the kind cluster and its directory; problems met on the way."""
     name = cluster_name()
     problems = []
+    if attach_dir().exists():
+        problems += cluster.down(attach_dir())
     if exists(name):
         out = _kind("delete", "cluster", "--name", name, check=False)
         if out.returncode != 0:
@@ -819,7 +836,7 @@ def main(args) -> int:
     """``python -m sandbox kind up|down|status|build``."""
     try:
         if args.kind_cmd == "up":
-            up()
+            up(attach=args.attach, kwok_nodes=args.nodes)
         elif args.kind_cmd == "build":
             ensure_host()
             say(f"kind: node image {build_images()}")
@@ -845,7 +862,7 @@ def main(args) -> int:
                 print(f"  {report['error']}")
             print(f"  kubeconfig: {report['kubeconfig']}")
             return 0 if ok else 1
-    except (KindError, build.BuildError) as exc:
+    except (KindError, build.BuildError, cluster.UsageError, proc.StartError) as exc:
         print(str(exc), file=sys.stderr)
         if args.kind_cmd == "up":
             print("kind: `python -m sandbox kind down` removes whatever was created", file=sys.stderr)
