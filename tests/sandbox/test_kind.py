@@ -173,3 +173,25 @@ def test_runtimeclass_and_clusterpolicy(bed):
     policy = client.CustomObjectsApi(bed).get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies",
                                                                      "cluster-policy")
     assert policy["status"]["state"] == "ready"
+
+
+def test_attach_adds_the_emulator_and_simulated_nodes(bed, core):
+    """``python -m sandbox attach`` on the kind cluster: KWOK nodes beside the real ones, and the
+    control-plane emulator watching that cluster."""
+    sdir = kind.attach_dir()
+    was_attached = sdir.exists()
+    cluster.attach(sdir, kind.kind_dir() / "kubeconfig", nodes=1)
+    try:
+        nodes = {n.metadata.name: n for n in core.list_node().items}
+        assert set(kind.node_names()) | {"gpu-node-1", "cpu-node-1"} <= set(nodes)
+        for name in ("gpu-node-1", "cpu-node-1"):
+            ready = [c for c in nodes[name].status.conditions if c.type == "Ready"]
+            assert ready and ready[0].status == "True", f"{name}: {ready}"
+        ok, report = cluster.status(sdir)
+        assert ok, report
+        assert report["control_plane"]["running"] and report["control_plane"]["answers"], report["control_plane"]
+    finally:
+        if not was_attached:
+            assert cluster.down(sdir) == []
+            for name in ("gpu-node-1", "cpu-node-1"):
+                core.delete_node(name)
