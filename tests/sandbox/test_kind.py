@@ -121,12 +121,11 @@ def test_nvidia_pod_runs_on_a_worker_through_the_handler(core, ns):
     assert any(" create " in line for line in log[int(before):]), log[-5:]
 
 
-def test_nvidia_pod_fails_where_containerd_lacks_the_handler(core, ns):
-    control_plane = kind.node_names()[0]
-    core.create_namespaced_pod(ns, _pod("gpu", control_plane, "true", runtime_class="nvidia"))
+def _assert_no_handler(core, ns: str, node: str, name: str) -> None:
+    core.create_namespaced_pod(ns, _pod(name, node, "true", runtime_class="nvidia"))
     deadline = time.monotonic() + 90
     while True:
-        events = core.list_namespaced_event(ns, field_selector="involvedObject.name=gpu").items
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
         failed = [e for e in events if e.reason == "FailedCreatePodSandBox"]
         if failed:
             break
@@ -135,7 +134,22 @@ def test_nvidia_pod_fails_where_containerd_lacks_the_handler(core, ns):
     # The kubelet's own message, relaying containerd's CRI error.
     assert 'no runtime for "nvidia" is configured' in failed[0].message, failed[0].message
     assert failed[0].source.component == "kubelet"
-    assert core.read_namespaced_pod("gpu", ns).status.phase == "Pending"
+    assert failed[0].source.host == node
+    assert core.read_namespaced_pod(name, ns).status.phase == "Pending"
+
+
+def test_nvidia_pod_fails_where_containerd_lacks_the_handler(core, ns):
+    _assert_no_handler(core, ns, kind.node_names()[0], "gpu")
+
+
+def test_a_worker_without_the_handler_fails_the_pod_and_gets_it_back(core, ns):
+    worker = kind.node_names()[2]
+    kind.set_nvidia_handler(worker, False)
+    try:
+        _assert_no_handler(core, ns, worker, "gpu-off")
+    finally:
+        kind.set_nvidia_handler(worker, True)
+    assert _run(core, ns, "gpu-on", worker, "echo back", runtime_class="nvidia").strip() == "back"
 
 
 def test_pods_on_different_nodes_reach_each_other_and_dns_resolves(core, ns):
