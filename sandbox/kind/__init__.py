@@ -47,6 +47,7 @@ containers named ``<name>-control-plane``, ``<name>-worker``, ``<name>-worker2``
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -80,7 +81,7 @@ HOST_NEEDS = (
     ("podman", "podman"), ("runc", "runc"), ("mmdebstrap", "mmdebstrap"), ("newuidmap", "uidmap"),
     ("/usr/lib/cni/ptp", "containernetworking-plugins"), ("/usr/lib/podman/netavark", "netavark"),
     ("/usr/lib/podman/aardvark-dns", "aardvark-dns"), ("iptables", "iptables"), ("gcc", "gcc"),
-    ("/usr/lib/x86_64-linux-gnu/libc.a", "libc6-dev"),
+    ("/usr/lib/*/libc.a", "libc6-dev"),
 )
 # kind's containerd config names pause 3.10; kubeadm 1.36 lists 3.10.2.
 PAUSE_TAGS = ("3.10", "3.10.2")
@@ -152,7 +153,7 @@ def missing_host_packages() -> list[str]:
     """The Debian packages whose commands or files are missing on this machine."""
     missing = []
     for what, package in HOST_NEEDS:
-        found = Path(what).exists() if what.startswith("/") else shutil.which(what) is not None
+        found = any(Path("/").glob(what[1:])) if what.startswith("/") else shutil.which(what) is not None
         if not found and package not in missing:
             missing.append(package)
     return missing
@@ -567,11 +568,14 @@ def build_images(say=say) -> str:
     t0 = time.monotonic()
     containers_conf()
     bins = resolve_binaries(say)
-    images = Images(bins, say)
-    rootfs = images.rootfs()
-    base = images.base(rootfs)
-    keys = images.components(rootfs)
-    node = images.node(base, keys)
+    # One builder at a time: the image tags and the build contexts are shared by every checkout.
+    with open(cache() / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        images = Images(bins, say)
+        rootfs = images.rootfs()
+        base = images.base(rootfs)
+        keys = images.components(rootfs)
+        node = images.node(base, keys)
     if images.built:
         say(f"kind: images ready in {_fmt(time.monotonic() - t0)} (built {len(images.built)})")
     return node
