@@ -433,7 +433,8 @@ class Images:
             shutil.rmtree(target, ignore_errors=True)
 
         self._ensure(tag, key, f"the Debian {SUITE} rootfs with mmdebstrap", make)
-        return tag, key
+        # What is built on it follows the image itself, rebuilt or not.
+        return tag, _digest(key, podman("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip())
 
     def _import_dir(self, target: Path, tag: str) -> None:
         tar = subprocess.Popen(["tar", "-C", str(target), "--numeric-owner", "-cf", "-", "."],
@@ -464,8 +465,8 @@ class Images:
 
     # -- the images kubeadm's manifests name
 
-    def _binary_image(self, tag: str, files: dict[str, Path], containerfile: str, extra_tags=()) -> str:
-        key = _digest("image", containerfile, {k: _file_key(v) for k, v in files.items()}, extra_tags)
+    def _binary_image(self, tag: str, files: dict[str, Path], containerfile: str, extra_tags=(), base_key="") -> str:
+        key = _digest("image", containerfile, {k: _file_key(v) for k, v in files.items()}, extra_tags, base_key)
 
         def make() -> None:
             ctx = Path(tempfile.mkdtemp(prefix="ctx-", dir=self.root))
@@ -505,7 +506,7 @@ class Images:
         # image, tagged TOOLBOX, gives tests a shell and getent without a registry.
         keys.append(self._binary_image(
             f"registry.k8s.io/kube-proxy:v{kv}", {"kube-proxy": self.bins["kube-proxy"]},
-            f"FROM {rootfs[0]}\nCOPY kube-proxy /usr/local/bin/kube-proxy\n", extra_tags=(TOOLBOX,)) + rootfs[1])
+            f"FROM {rootfs[0]}\nCOPY kube-proxy /usr/local/bin/kube-proxy\n", extra_tags=(TOOLBOX,), base_key=rootfs[1]))
         keys.append(self._pause())
         return keys
 
