@@ -381,6 +381,7 @@ class Images:
         (self.root / "archives").mkdir(parents=True, exist_ok=True)
         self.log = self.root / "logs" / "images.log"
         self.built: list[str] = []
+        self.archives: list[str] = []   # the archives of this build's images (older ones may linger)
 
     def _cached(self, tag: str, key: str) -> bool:
         stamp = self.root / "stamps" / (tag.replace("/", "_").replace(":", "_") + ".stamp")
@@ -467,6 +468,8 @@ class Images:
 
     def _binary_image(self, tag: str, files: dict[str, Path], containerfile: str, extra_tags=(), base_key="") -> str:
         key = _digest("image", containerfile, {k: _file_key(v) for k, v in files.items()}, extra_tags, base_key)
+        archive = self.root / "archives" / (tag.replace("/", "_").replace(":", "_") + ".tar")
+        self.archives.append(archive.name)
 
         def make() -> None:
             ctx = Path(tempfile.mkdtemp(prefix="ctx-", dir=self.root))
@@ -479,12 +482,14 @@ class Images:
                       self.log, nice=True)
             finally:
                 shutil.rmtree(ctx, ignore_errors=True)
-            archive = self.root / "archives" / (tag.replace("/", "_").replace(":", "_") + ".tar")
             archive.unlink(missing_ok=True)
             _step(f"podman save {tag}", ["podman", "save", "--format", "docker-archive", "-m", "-o", str(archive),
                                          tag, *extra_tags], self.log)
 
-        self._ensure(tag, key, tag, make)
+        if not self._ensure(tag, key, tag, make) and not archive.exists():
+            # The image is cached but its archive is gone: save it again for the node image.
+            _step(f"podman save {tag}", ["podman", "save", "--format", "docker-archive", "-m", "-o", str(archive),
+                                         tag, *extra_tags], self.log)
         return key
 
     def components(self, rootfs: tuple[str, str]) -> list[str]:
@@ -529,7 +534,7 @@ class Images:
     def node(self, base: tuple[str, str], component_keys: list[str]) -> str:
         kv = kube_version()
         files = {n: self.bins[n] for n in ("kubelet", "kubeadm", "kubectl")}
-        key = _digest("node", base[1], component_keys, {k: _file_key(v) for k, v in files.items()})
+        key = _digest("node", base[1], component_keys, {k: _file_key(v) for k, v in files.items()}, self.archives)
         tag = f"localhost/bcd-kind/node:v{kv}"
 
         def make() -> None:
@@ -545,7 +550,8 @@ class Images:
                     f"set -e; echo v{kv} > /kind/version; chmod 755 /usr/bin/kubelet /usr/bin/kubeadm /usr/bin/kubectl\n"
                     "mkdir -p /run/containerd; (containerd > /tmp/containerd.log 2>&1 &)\n"
                     "for i in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.2; done\n"
-                    "for f in /kind/images/*.tar; do ctr -n k8s.io images import --no-unpack --all-platforms \"$f\"; done\n"
+                    f"for f in {' '.join(self.archives)}; do "
+                    "ctr -n k8s.io images import --no-unpack --all-platforms \"/kind/images/$f\"; done\n"
                     "for r in $(ctr -n k8s.io images ls -q); do "
                     "ctr -n k8s.io images label \"$r\" io.cri-containerd.pinned=pinned >/dev/null; done\n"
                     "ctr -n k8s.io images ls -q\n"
