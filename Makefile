@@ -13,7 +13,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 COLLECTION_TARBALL = bcd-kubernetes-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
 .PHONY: setup build ee-context lint test test-unit test-sandbox test-molecule test-long demo sandbox sandbox-down \
-        sandbox-status sandbox-build bench clean
+        sandbox-status sandbox-build bench clean kind kind-down kind-status
 
 # The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
 # ansible.cfg (collections_path) and the tests (tests/conftest.py) find it by that name.
@@ -77,6 +77,16 @@ sandbox-down: setup
 
 sandbox-status: setup
 	$(BIN)/python -m sandbox status
+
+# The kind test bed: real kubelets under podman, built from local parts (README: make kind).
+kind: setup
+	$(BIN)/python -m sandbox kind up
+
+kind-down: setup
+	$(BIN)/python -m sandbox kind down
+
+kind-status: setup
+	$(BIN)/python -m sandbox kind status
 
 demo: sandbox
 	$(BIN)/ansible-playbook adopt-cluster.yml

@@ -100,8 +100,9 @@ def version_of(binary: Binary) -> str:
 def ldflags(module: str) -> str:
     """Linker flags of a wrapper module: strip symbols and stamp the versions the tools print."""
     flags = ["-s", "-w"]
-    if module == "kube":
-        v = pinned_version("kube", "k8s.io/kubernetes")
+    if module in ("kube", "node"):
+        # sandbox/go/node (the kind test bed's kubelet, kubeadm, kube-proxy) pins the same release.
+        v = pinned_version(module, "k8s.io/kubernetes")
         major, minor = v.split(".")[:2]
         for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
             flags += [f"-X {pkg}.gitVersion=v{v}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",

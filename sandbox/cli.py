@@ -1,4 +1,4 @@
-"""``python -m sandbox up|down|status|build|env|add-nodes N``: the sandbox's command line.
+"""``python -m sandbox up|down|status|build|env|add-nodes N|kind ...``: the sandbox's command line.
 
 Exit status 0 on success; 1 when a component fails to start (named, with the end of its log), a
 build fails, ``status`` finds the sandbox not up, or ``down`` leaves something behind.
@@ -66,7 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("env", help="print shell exports for PATH (kubectl) and KUBECONFIG")
     p_add = sub.add_parser("add-nodes", help="add N more GPU nodes to the running sandbox")
     p_add.add_argument("count", type=int)
+    p_kind = sub.add_parser("kind", help="the kind test bed: real kubelets under podman (see sandbox/kind)")
+    kind_sub = p_kind.add_subparsers(dest="kind_cmd", required=True)
+    p_ku = kind_sub.add_parser("up", help="build what is missing, start the kind cluster (idempotent)")
+    p_ku.add_argument("--attach", action="store_true",
+                      help="also run the control-plane emulator and KWOK nodes on it (python -m sandbox attach)")
+    p_ku.add_argument("--nodes", type=int, help="with --attach: simulated GPU nodes besides the real ones (default 0)")
+    kind_sub.add_parser("down", help="delete the kind cluster and its directory")
+    p_ks = kind_sub.add_parser("status", help="node containers, nodes, CoreDNS; exit 1 when not up")
+    p_ks.add_argument("--json", action="store_true", help="print the report as JSON")
+    kind_sub.add_parser("build", help="find or build the binaries and images of the kind test bed")
     args = parser.parse_args(argv)
+
+    if args.cmd == "kind":
+        from sandbox import kind
+
+        if args.kind_cmd == "up" and args.nodes is not None and (args.nodes < 0 or not args.attach):
+            parser.error("kind up --nodes: a number >= 0, and only with --attach")
+
+        return kind.main(args)
 
     try:
         if args.cmd == "up":
@@ -74,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--nodes must be a positive integer")
             cluster.up(nodes=args.nodes)
         elif args.cmd == "attach":
+            if args.nodes is not None and args.nodes < 0:
+                parser.error("--nodes must be 0 (no simulated GPU node) or more")
             cluster.attach(None, Path(args.kubeconfig), nodes=args.nodes)
         elif args.cmd == "down":
             problems = cluster.down()

@@ -724,7 +724,8 @@ def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None) -> dic
     os.chmod(sdir, 0o700)
     _write_private(sdir / "kubeconfig", Path(kubeconfig).read_text())
     binaries = build.resolve(["kwok", "kubectl"], say=say)
-    gpu_nodes = nodes or requested_nodes() or (state or {}).get("gpu_nodes") or DEFAULT_NODES
+    # nodes=0: no simulated GPU node (a cluster with real ones, such as the kind test bed).
+    gpu_nodes = nodes if nodes is not None else (requested_nodes() or (state or {}).get("gpu_nodes") or DEFAULT_NODES)
     state = {"version": 1, "external": True, "ports": {}, "binaries": {k: str(v) for k, v in binaries.items()},
              "gpu_nodes": max(gpu_nodes, (state or {}).get("gpu_nodes", 0)), "dir": str(sdir)}
     save_state(sdir, state)

@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the commands this module builds, so `go mod tidy` keeps their dependencies.
+package tools
+
+import (
+	_ "github.com/coredns/coredns"
+)
