@@ -148,11 +148,21 @@ def test_packages_mode_on_folders(folder_nodes, tmp_path):
         assert not (root / "etc/cdi/nvidia.yaml").exists()
         assert verify_node_root(str(root))["verdict"] == "isolated", name
 
-    # doctor.yml agrees (one folder is enough: it runs the same verifier).
-    report = tmp_path / "gpu-node-4.json"
-    run = doctor(roots["gpu-node-4"], report)
+    # doctor.yml agrees (one folder is enough: it runs the same verifier). Isolated is not enough
+    # for it to pass: bcd hands GPUs out by CDI name, and no driver under a folder means no CDI
+    # specification, so the node is not-ready until one naming GPUs by UUID is there.
+    report = tmp_path / "gpu-node-1.json"
+    run = doctor(roots["gpu-node-1"], report)
+    assert run.returncode != 0 and "gpu-node-1 is not-ready" in run.stdout, run.stdout
+    (node,) = json.loads(report.read_text())["nodes"]
+    assert node["verdict"] == "isolated" and node["ready"] == "not-ready"
+    assert {f["check"] for f in node["readiness"]} == {"cdi-spec"}
+    (roots["gpu-node-1"] / "var/run/cdi").mkdir(parents=True)
+    (roots["gpu-node-1"] / "var/run/cdi/nvidia.yaml").write_text(
+        "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n")
+    run = doctor(roots["gpu-node-1"], report)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert [n["verdict"] for n in json.loads(report.read_text())["nodes"]] == ["isolated"]
+    assert [(n["verdict"], n["ready"]) for n in json.loads(report.read_text())["nodes"]] == [("isolated", "ready")]
 
     # Backups: a file that existed was copied before it changed; a new file has no backup.
     backups = list((roots["gpu-node-2"] / "etc/nvidia-container-runtime").glob("config.toml.*~"))
