@@ -48,6 +48,9 @@ pytestmark = pytest.mark.sandbox
 VAULT_PASSWORD = "bcd-test-vault-" + uuid.uuid4().hex
 REPO = "registry.example.com/better-compute/bcd"
 DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"  # the sandbox's kubelet never makes this pod Ready
+# What inventories/sandbox takes from the emulator's control-plane.yml, but the API key.
+CONTROL_PLANE_VARS = ("bcd_control_plane_url", "bcd_control_plane_ca_file", "bcd_gateway_url", "bcd_site_id", "bcd_pins",
+                      "bcd_tenant", "bcd_pool")
 JINJA_OR_PYTHON = ("Traceback", "TemplateSyntaxError", "UndefinedError", "AnsibleUndefinedVariable",
                    "template error", "Conditional result", "unexpected '", "Error while evaluating")
 
@@ -61,7 +64,7 @@ def vaulted(value: str) -> dict:
 
 def inventory(world) -> dict:
     """The sandbox as an AWX inventory would hold it: every variable but the API key."""
-    hostvars = {k: v for k, v in world.vars.items() if k != "bcd_api_key"}
+    hostvars = {k: world.vars[k] for k in CONTROL_PLANE_VARS}
     hostvars.update(
         ansible_connection="local", ansible_python_interpreter=sys.executable,
         bcd_kubeconfig=str(world.sandbox.kubeconfig), bcd_image=INVENTORY_IMAGE,
@@ -208,7 +211,7 @@ def test_add_nodes_with_the_key_injected_as_an_environment_variable(ready, tmp_p
         recorder=reliability)
     assert (job.runner.status, job.runner.rc) == ("successful", 0), job.stdout[-4000:]
     minted = [t for t in world.tokens() if t["id"] not in before]
-    assert len(minted) == 1 and minted[0]["revokedAt"] and minted[0].get("maxUses") in (None, 1), minted
+    assert len(minted) == 1 and minted[0]["revokedAt"], minted
     assert world.all_joined() and world.clean()
 
     leaks = scan(job, world, reliability)
