@@ -162,10 +162,14 @@ class SshServer:
 
     def ssh_args(self, known_hosts: Path | None = None) -> str:
         """``ansible_ssh_common_args`` for a host on this server: the test's known_hosts, checked
-        strictly, and no agent, password or prompt."""
-        return (f"-o UserKnownHostsFile={known_hosts or self.known_hosts} -o StrictHostKeyChecking=yes "
-                "-o GlobalKnownHostsFile=/dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=10 "
-                "-o ControlMaster=no -o ControlPath=none")
+        strictly, and no agent, password or prompt. Ansible's own ControlPersist stays on, but for
+        a host given another ``known_hosts``: a master connection opened before (by another host
+        on the same server, user and port) would carry its logins without a new key check."""
+        args = (f"-o UserKnownHostsFile={known_hosts or self.known_hosts} -o StrictHostKeyChecking=yes "
+                "-o GlobalKnownHostsFile=/dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=10")
+        if known_hosts is not None:
+            args += " -o ControlMaster=no -o ControlPath=none"
+        return args
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
