@@ -120,16 +120,19 @@ def run_job(tmp_path: Path, world, playbook: str, extravars: dict, key_as: str =
     pdd = tmp_path / f"job-{playbook.removesuffix('.yml')}"
     (pdd / "inventory").mkdir(parents=True)
     (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory(world)))
+    # ansible-playbook from this virtualenv (an EE has it on PATH)
+    envvars = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     kwargs = {}
     if key_as == "vault":
         extravars = {**extravars, "bcd_api_key": vaulted(world.api_key)}
         kwargs.update(cmdline="--ask-vault-pass", passwords={r"^Vault password:\s*?$": VAULT_PASSWORD})
     else:
-        kwargs.update(envvars={"BETTER_COMPUTE_API_KEY": world.api_key}, suppress_env_files=True)
+        envvars["BETTER_COMPUTE_API_KEY"] = world.api_key
+        kwargs.update(suppress_env_files=True)
     runner = ansible_runner.run(
         private_data_dir=str(pdd), project_dir=str(ROOT), playbook=playbook, inventory=str(pdd / "inventory" / "hosts.yml"),
-        extravars=extravars, ident=f"{playbook.removesuffix('.yml')}-{uuid.uuid4().hex[:8]}", quiet=True,
-        binary=str(VENV_BIN / "ansible-playbook"), settings={"job_timeout": 900}, **kwargs,
+        extravars=extravars, envvars=envvars, ident=f"{playbook.removesuffix('.yml')}-{uuid.uuid4().hex[:8]}",
+        quiet=True, settings={"job_timeout": 900}, **kwargs,
     )
     if recorder is not None:
         recorder.runs += 1
@@ -243,8 +246,7 @@ def test_survey_values_in_doubt_are_refused_before_anything_changes(ready_any_im
     (pdd / "env" / "envvars").write_text(json.dumps({"BETTER_COMPUTE_API_KEY": "not-the-key-" + uuid.uuid4().hex}))
     started = time.monotonic()
     run = subprocess.run([str(VENV_BIN / "ansible-runner"), "run", str(pdd), "-p", "rollout.yml", "--project-dir", str(ROOT),
-                          "--inventory", str(pdd / "inventory" / "hosts.yml"), "--ident", "refused",
-                          "--binary", str(VENV_BIN / "ansible-playbook")],
+                          "--inventory", str(pdd / "inventory" / "hosts.yml"), "--ident", "refused"],
                          capture_output=True, text=True, timeout=300, check=False,
                          env={**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"})
     reliability.runs += 1
