@@ -180,7 +180,8 @@ class SshServer:
                 self.proc.kill()
                 self.proc.wait()
         for name in self.users:
-            subprocess.run(["userdel", "--remove", name], capture_output=True, timeout=60, check=False)
+            # --force: a session of Ansible's ControlPersist master may still be open for a minute
+            subprocess.run(["userdel", "--force", "--remove", name], capture_output=True, timeout=60, check=False)
         SUDOERS.unlink(missing_ok=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
