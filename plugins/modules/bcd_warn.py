@@ -30,7 +30,7 @@ author:
 
 EXAMPLES = r"""
 - name: Warn about namespaces whose pods may mount host paths
-  bcd_warn:
+  bcd.kubernetes.bcd_warn:
     msg: "Pod Security lets pods in {{ open | join(', ') }} mount host paths"
   when: open | length > 0
 """

@@ -6,7 +6,7 @@ ansible-runner against the sandbox: tests/reliability/test_runner.py."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bcd_model import ConfigError, load, load_some
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load, load_some
 
 from tests.helpers import base_vars
 
