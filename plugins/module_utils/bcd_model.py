@@ -14,6 +14,7 @@ message.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import posixpath
 import re
@@ -743,6 +744,41 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
     return lines
 
 
+# Variables whose value is a mapping or a list (or may be one, beside a preset name).
+_STRUCTURED = ("bcd_pins", "bcd_join_encryption_jwk", "bcd_join_token_secret", "bcd_node_selector", "bcd_tolerations",
+               "bcd_image_pull_secrets", "bcd_resources", "bcd_kubelet_credentials", "bcd_container_runtime",
+               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots")
+
+
+def from_strings(variables: dict) -> tuple[dict, list[str]]:
+    """Values given as strings, as an AWX/AAP survey or ``-e key=value`` gives every value.
+
+    Scalars need nothing here: the model converts ``"false"``, ``"3"`` or ``"90m"`` itself (and
+    refuses ``"maybe"`` or ``"3.5"``). A mapping or list variable given as a string that starts
+    with ``{`` or ``[`` is read as JSON; a string that is not valid JSON, or JSON of another
+    shape, is refused. Returns the converted variables and one ``INVALID_CONFIG`` line per refusal.
+    """
+    out, lines = dict(variables), []
+    for name in _STRUCTURED:
+        v = out.get(name)
+        if not isinstance(v, str) or not v.strip().startswith(("{", "[")):
+            continue
+        try:
+            parsed = json.loads(v)
+        except ValueError as exc:
+            lines.append(f"INVALID_CONFIG: {name}: a string that starts like JSON but is not valid JSON "
+                         f"(line {exc.lineno}, column {exc.colno}: {exc.msg})")
+            continue  # left as it is; the model's own line for it is dropped (_only_survey)
+        out[name] = parsed
+    return out, lines
+
+
+def _only_survey(lines: list[str], survey: list[str]) -> list[str]:
+    """``lines`` without the model's lines about a variable ``survey`` already refused."""
+    refused = tuple(line.split(": ", 2)[1] for line in survey)
+    return survey + [ln for ln in lines if ln not in survey and ln.split(": ", 2)[1].split(".")[0].split("[")[0] not in refused]
+
+
 def load_some(variables: dict, names: tuple[str, ...]) -> Any:
     """Validate only the variables ``names`` (with the model's own rules), for playbooks that
     need a few of them (gpu-stack.yml and doctor.yml run without bcd_image, bcd_pins, ...).
@@ -756,7 +792,7 @@ def load_some(variables: dict, names: tuple[str, ...]) -> Any:
 
     if not isinstance(variables, dict):
         raise ConfigError(["INVALID_CONFIG: inventory: the bcd_* variables must be a mapping"])
-    variables = {k: v for k, v in variables.items() if k != VERSION_KEY}
+    variables, survey = from_strings({k: v for k, v in variables.items() if k != VERSION_KEY})
     lines = []
     for k in sorted(variables, key=str):
         if not isinstance(k, str) or not k.startswith("bcd_"):
@@ -781,6 +817,7 @@ def load_some(variables: dict, names: tuple[str, ...]) -> Any:
         out = subset.model_validate({k: v for k, v in variables.items() if k in names})
     except ValidationError as exc:
         lines.extend(_lines(exc))
+    lines = _only_survey(lines, survey)
     if lines:
         raise ConfigError(lines)
     return out
@@ -799,6 +836,7 @@ def load(variables: dict, required: tuple[str, ...] = ()) -> Inventory:
     variables = {k: v for k, v in variables.items() if k != VERSION_KEY}
     stray = sorted(k for k in variables if not isinstance(k, str) or not k.startswith("bcd_"))
     lines = [f"INVALID_CONFIG: {k}: not a bcd_* variable" for k in stray]
+    variables, survey = from_strings({k: v for k, v in variables.items() if k not in stray})
     clean = {k: v for k, v in variables.items() if k not in stray}
     inv = None
     try:
@@ -812,6 +850,7 @@ def load(variables: dict, required: tuple[str, ...] = ()) -> Inventory:
             lines.append(f"INVALID_CONFIG: {name}: is required by this playbook")
         elif inv is None and clean.get(name) in (None, "") and not any(f" {name}:" in line for line in lines):
             lines.append(f"INVALID_CONFIG: {name}: is required by this playbook")
+    lines = _only_survey(lines, survey)
     if lines:
         raise ConfigError(lines)
     return inv

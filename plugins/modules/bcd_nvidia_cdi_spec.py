@@ -32,6 +32,11 @@ options:
     description: The C(nvidia-ctk) binary; a bare name is looked up on PATH.
     type: str
     default: nvidia-ctk
+  node_name:
+    description:
+      - The Kubernetes Node this host is, named at the start of the warning and RV(msg) (a run
+        configures many nodes from one play, and on the node itself O(root) is just C(/)).
+    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -82,6 +87,7 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "output": {"type": "str", "default": "/etc/cdi/nvidia.yaml"},
             "nvidia_ctk": {"type": "str", "default": "nvidia-ctk"},
+            "node_name": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -91,8 +97,9 @@ def main() -> None:
         module.fail_json(msg=f"output: {output!r} must be an absolute path on the node")
     prefix = root.rstrip("/")
     if not any(os.path.exists(prefix + m) for m in DRIVER_MARKERS):
+        node = module.params["node_name"]
         msg = (
-            f"no NVIDIA driver is loaded under {root} (neither {' nor '.join(DRIVER_MARKERS)} exists), so the CDI "
+            (f"{node}: " if node else "") + f"no NVIDIA driver is loaded under {root} (neither {' nor '.join(DRIVER_MARKERS)} exists), so the CDI "
             f"specification {output} was NOT generated; once the driver is up, run nvidia-ctk cdi generate "
             f"--device-name-strategy=uuid --output={output} there (nvidia-cdi-refresh now does the same)"
         )

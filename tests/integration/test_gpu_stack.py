@@ -399,7 +399,7 @@ def test_both_entry_points_work_included_from_another_play(api, tmp_path):
     # --check: nothing changes; the gate judges the cluster as it is, and says it does not stop a dry run
     run = run_playbook(str(play), "-i", "inventories/sandbox", "--check", env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles")})
     assert run.returncode == 0, run.stdout[-3000:]
-    assert "the GPU isolation configuration above was not applied" in " ".join(run.stdout.split())
+    assert "the GPU isolation configuration above was not applied" in " ".join((run.stdout + run.stderr).split())
     assert read_policy(api)["metadata"]["resourceVersion"] == before
     # for real: configured, verified, then the mint
     run = run_playbook(str(play), "-i", "inventories/sandbox", env={"ANSIBLE_ROLES_PATH": str(ROOT / "roles")})
