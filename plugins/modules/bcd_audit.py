@@ -11,26 +11,26 @@ description:
   - Runs every check of audit.yml on one cluster and returns one result per check and node
     (C({cluster, check, node, ok, message, warning}); C(node) is empty for a cluster-level
     check). Changes nothing and mints nothing; the only writes are server-side dry runs.
-  - C(drift-namespace), C(drift-configmap), C(drift-daemonset) - each rendered object
-    (O(objects)) against the live one, by a server-side apply dry run with field manager
-    C(bcd-ansible) (what rollout.yml would change): the fields that differ, the image digest on
-    its own line, and the field managers other than C(bcd-ansible) that updated the object after
-    bcd-ansible last applied it (a hand edit, a GitOps controller).
-  - C(clusterpolicy) (with C(bcd_nvidia_toolkit=gpu-operator)) - the ClusterPolicy isolation settings
+  - "C(drift-namespace), C(drift-configmap), C(drift-daemonset) - each rendered object (O(objects))
+    against the live one, by a server-side apply dry run with field manager C(bcd-ansible) (what
+    rollout.yml would change) - the fields that differ, the image digest on its own line, and the
+    field managers other than C(bcd-ansible) that updated the object after bcd-ansible last applied
+    it (a hand edit, a GitOps controller)."
+  - "C(clusterpolicy) (with C(bcd_nvidia_toolkit=gpu-operator)) - the ClusterPolicy isolation settings
     gpu_stack sets (device plugin off, toolkit env false, CDI on, NRI plugin off; seed 000, GPU
-    isolation), each reverted field naming the field manager that owns it now (C(metadata.managedFields)),
-    such as C(helm) after a C(helm upgrade).
-  - C(gpu-isolation) per selected Node - the verdict of the GPU isolation gate (O(isolation), the
+    isolation), each reverted field naming the field manager that owns it now
+    (C(metadata.managedFields)), such as C(helm) after a C(helm upgrade)."
+  - "C(gpu-isolation) per selected Node - the verdict of the GPU isolation gate (O(isolation), the
     C(bcd_gpu_isolation) O(scope=cluster) result doctor.yml prints), leaving out the ClusterPolicy's
-    findings, which C(clusterpolicy) reports once.
-  - C(join-tokens) - no unrevoked, unexpired join token whose description names this cluster
+    findings, which C(clusterpolicy) reports once."
+  - "C(join-tokens) - no unrevoked, unexpired join token whose description names this cluster
     (C(joinTokens.list)); C(join-secret) - no join-token Secret (C(bcd_join_token_secret)) in the
-    bcd namespace.
-  - C(reporting) per selected Node - its bcd node C(adopting), C(ready) or C(draining) in
-    C(nodes.list), with its conditions.
-  - C(pod-security) - namespaces other than bcd's and C(bcd_privileged_namespaces) whose pods may
+    bcd namespace."
+  - "C(reporting) per selected Node - its bcd node C(adopting), C(ready) or C(draining) in
+    C(nodes.list), with its conditions."
+  - "C(pod-security) - namespaces other than bcd's and C(bcd_privileged_namespaces) whose pods may
     run privileged (no C(pod-security.kubernetes.io/enforce) label, or C(privileged)); a failure
-    with C(bcd_require_pod_security), else a passing check with a warning, as adopt-cluster.yml does.
+    with C(bcd_require_pod_security), else a passing check with a warning, as adopt-cluster.yml does."
 options:
   cluster:
     description: The cluster's name (C(bcd_cluster_name) or the inventory host).

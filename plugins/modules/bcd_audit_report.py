@@ -8,14 +8,13 @@ DOCUMENTATION = r"""
 module: bcd_audit_report
 short_description: Write the audit's JSON report, JUnit XML and Prometheus textfile, for every cluster of the run
 description:
-  - Takes the C(bcd_audit) results of every cluster of the run (and clusters whose audit could not
+  - "Takes the C(bcd_audit) results of every cluster of the run (and clusters whose audit could not
     run) and writes, each when its path is given, the JSON report (O(report_out),
-    C({started_at, finished_at, passed, failed_checks, clusters: {name: {passed, results}}})), JUnit XML
-    (O(junit_out): one test case per check and node, so AWX, Jenkins or GitLab show failures) and a
-    Prometheus textfile (O(metrics_out), node-exporter textfile-collector format written with
-    C(prometheus_client): C(bcd_audit_check_ok{cluster,check,node}) and
-    C(bcd_audit_last_run_timestamp_seconds)). Files are replaced whole on each run (a schedule
-    rewrites them); they hold no secret.
+    C({started_at, finished_at, passed, failed_checks, clusters})), JUnit XML (O(junit_out), one test
+    case per check and node, so AWX, Jenkins or GitLab show failures) and a Prometheus textfile
+    (O(metrics_out), node-exporter textfile-collector format written with C(prometheus_client) -
+    C(bcd_audit_check_ok{cluster,check,node}) and C(bcd_audit_last_run_timestamp_seconds)). Files are
+    replaced whole on each run (a schedule rewrites them); they hold no secret."
   - A cluster whose audit could not run gets one failed C(audit) check naming the error.
 options:
   results:
