@@ -189,11 +189,11 @@ class Store:
 
         Returns (node, None), or (None, reason) with reason ``TokenUnknown``, ``TokenRevoked``,
         ``TokenExpired`` or ``TokenExhausted``. A hostname already known returns (node, None)
-        without spending.
+        without spending; one that was removed (nodes.remove) joins anew, with a new id.
         """
         with self.tx() as conn:
             known = conn.execute("SELECT * FROM nodes WHERE hostname = ?", (hostname,)).fetchone()
-            if known:
+            if known and known["state"] != "removed":
                 return _node(known), None
             row = conn.execute("SELECT * FROM join_tokens WHERE id = ?", (token_id,)).fetchone()
             now = time.time()
