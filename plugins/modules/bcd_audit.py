@@ -139,9 +139,9 @@ def _comparable(obj: dict) -> dict:
     return {**{k: v for k, v in obj.items() if k not in ("metadata", "status")}, "metadata": meta}
 
 
-def _images(obj: dict) -> list[str]:
+def _images(obj: dict) -> dict[str, str]:
     pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return [c.get("image") for c in (pod.get("initContainers") or []) + (pod.get("containers") or [])]
+    return {c.get("name"): c.get("image") for c in (pod.get("initContainers") or []) + (pod.get("containers") or [])}
 
 
 def _when(entry: dict) -> float:
@@ -168,9 +168,9 @@ def drift(core, obj: dict, cluster: str) -> dict:
         return result(cluster, check, "", True, f"{where} is as rendered")
     lines = [f"{where} differs from the render in {', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}"]
     live_images, want_images = _images(live), _images(obj)
-    if live_images != want_images:
-        lines.append(f"image: {', '.join(sorted(set(live_images) - set(want_images))) or '-'} runs, the render has "
-                     f"{', '.join(sorted(set(want_images) - set(live_images))) or '-'}")
+    for name in sorted(set(live_images) | set(want_images)):
+        if live_images.get(name) != want_images.get(name):
+            lines.append(f"image: {live_images.get(name) or '-'} runs, the render has {want_images.get(name) or '-'} (container {name})")
     ours = max((_when(m) for m in live["metadata"].get("managedFields") or [] if m.get("manager") == FIELD_MANAGER), default=0.0)
     others = sorted({m.get("manager") for m in live["metadata"].get("managedFields") or []
                      if m.get("manager") != FIELD_MANAGER and m.get("operation") in ("Update", "Apply") and _when(m) >= ours

@@ -112,7 +112,7 @@ def test_a_hand_edit_to_the_daemonset(sandbox, tmp_path):
     assert run.returncode != 0
     assert failed(report) == {("drift-daemonset", "")}, failed(report)
     text = message(report, "drift-daemonset")
-    assert f"image: {edited} runs, the render has {image}" in text.splitlines()
+    assert f"image: {edited} runs, the render has {image} (container bcd)" in text.splitlines(), text
     assert "kubectl-edit" in text and "updateStrategy" in text
     assert "drift-daemonset" in run.stdout
     zero = [s for f in text_string_to_metric_families(metrics) if f.name == "bcd_audit_check_ok" for s in f.samples if s.value == 0]
