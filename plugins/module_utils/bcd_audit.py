@@ -85,5 +85,5 @@ def table(results: list[dict]) -> list[str]:
             lines.append(f"FAILED {r['check']} {r['node']}: {r['message']}")
     for r in results:
         if not r["node"]:
-            lines.append(f"{'ok' if r['ok'] else 'FAILED'} {r['check']}: {r['message']}")
+            lines.append(f"{('WARNING' if r.get('warning') else 'ok') if r['ok'] else 'FAILED'} {r['check']}: {r['message']}")
     return lines

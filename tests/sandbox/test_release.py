@@ -143,6 +143,7 @@ def test_release(sandbox, released_from, cp, cpvars, tmp_path):
     assert all(not (root / "var/lib/bcd").exists() and root.exists() for root in roots.values())
     assert f"Removed {len(gpu)} node(s) from the control plane" in run.stdout
     assert "Cluster sandbox is released" in run.stdout
+    assert "not-a-real-token" not in run.stdout
     # No bcd object, label, Secret or live token remains; the emulator lists the nodes as removed.
     with sandbox.api_client() as api:
         names = [n.metadata.name for n in k8s.CoreV1Api(api).list_namespace().items]
