@@ -454,6 +454,8 @@ class Inventory(BaseModel):
     bcd_audit_report_only: bool = False
     bcd_junit_out: str | None = None
     bcd_metrics_out: str | None = None
+    # rollout.yml across clusters: wave sizes (counts or percentages of the clusters), an extra var.
+    bcd_rollout_cluster_waves: list[int | str] | None = None
 
     # -- field rules ------------------------------------------------------------------------
 
@@ -657,6 +659,15 @@ class Inventory(BaseModel):
         if isinstance(v, str) and re.fullmatch(r"[0-9]{1,3}%", v) and 1 <= int(v[:-1]) <= 100:
             return v
         raise ValueError(f"{_show(v)} must be a count (1 or more) or a percentage from 1% to 100%")
+
+    @field_validator("bcd_rollout_cluster_waves", mode="before")
+    @classmethod
+    def _cluster_waves(cls, v: Any) -> list[int | str] | None:
+        if v is None:
+            return None
+        if not isinstance(v, list) or not v:
+            raise ValueError("must be a list of wave sizes, counts or percentages of the clusters, such as [1, \"50%\"]")
+        return [cls._max_unavailable(w) for w in v]
 
     # -- rules across variables ----------------------------------------------------------------
 
