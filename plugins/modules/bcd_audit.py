@@ -46,9 +46,9 @@ options:
     type: dict
     required: true
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -61,8 +61,8 @@ author:
 
 EXAMPLES = r"""
 - name: Audit the cluster
-  bcd_audit:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_audit:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
     objects: "{{ bcd_daemonset_render.objects }}"
@@ -96,11 +96,14 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_audit import table
-from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_gpu_isolation import cluster_policy_findings
-from ansible.module_utils.bcd_kube import KubeError, path
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import table
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    NODE_STATES_REPORTING,
+    ControlPlaneError,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import cluster_policy_findings
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
@@ -109,7 +112,7 @@ from ansible.module_utils.bcd_module import (
     kube,
     label_selector,
 )
-from ansible.module_utils.bcd_render import FIELD_MANAGER
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
 
 DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
 # The ClusterPolicy field each isolation finding is about (where its field manager is looked up).

@@ -51,7 +51,7 @@ author:
 
 EXAMPLES = r"""
 - name: Write the outputs
-  bcd_audit_report:
+  bcd.kubernetes.bcd_audit_report:
     results: "{{ all_results }}"
     started: "{{ audit_started }}"
     junit_out: audit.xml
@@ -72,7 +72,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_audit import junit_xml, write_metrics
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import junit_xml, write_metrics
 
 
 def _write(path: str, text: str) -> None:

@@ -27,9 +27,9 @@ options:
     choices: [control_plane, labels]
     required: true
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -43,15 +43,15 @@ author:
 
 EXAMPLES = r"""
 - name: Tell the control plane the cluster's nodes leave
-  bcd_release_nodes:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_release_nodes:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     step: control_plane
   no_log: true
 
 - name: Remove the bcd.dev/* labels
-  bcd_release_nodes:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_release_nodes:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     step: labels
 """
 
@@ -79,9 +79,9 @@ labels:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_cp import ControlPlaneError
-from ansible.module_utils.bcd_kube import KubeError, path
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import xmlschema
-from ansible.module_utils.bcd_audit import junit_xml, table, write_metrics
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import junit_xml, table, write_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 SCHEMA = Path(__file__).resolve().parent.parent / "fixtures" / "junit" / "junit.xsd"
