@@ -228,6 +228,11 @@ class Client:
         """Every node, following nextCursor, ``limit`` (1..500) per page."""
         yield from self._pages("nodes.list", tenant, pool, limit)
 
+    def remove_node(self, tenant: str, node_id: str, force: bool = False) -> dict:
+        """nodes.remove (idempotent): ``{id, state: "removed", removedAt}``; CONFLICT when the node
+        holds an allocation and not ``force``."""
+        return self.call("nodes.remove", {"tenant": tenant, "id": node_id, "force": force})
+
     def get_pool(self, tenant: str, pool: str) -> dict:
         return self.call("pools.get", {"tenant": tenant, "id": pool})
 

@@ -452,6 +452,22 @@ class Inventory(BaseModel):
     bcd_rollout_gate_timeout: Duration = 300
     bcd_lock_ttl: Duration = 1800
 
+    # release-cluster.yml: refused unless bcd_release_confirm is the cluster's name.
+    bcd_release_confirm: str | None = None
+    # Remove nodes from the control plane even though they hold allocations.
+    bcd_release_force: bool = False
+    # Put back the ClusterPolicy fields gpu_stack changed (from its bcd.dev annotation).
+    bcd_release_restore_gpu_stack: bool = False
+    # Remove bcd's host state (/var/lib/bcd) on the hosts of group gpu_nodes.
+    bcd_release_host_state: bool = False
+
+    # audit.yml: report only (exit 0 even when a check fails); its JUnit and Prometheus outputs.
+    bcd_audit_report_only: bool = False
+    bcd_junit_out: str | None = None
+    bcd_metrics_out: str | None = None
+    # rollout.yml across clusters: wave sizes (counts or percentages of the clusters), an extra var.
+    bcd_rollout_cluster_waves: list[int | str] | None = None
+
     # -- field rules ------------------------------------------------------------------------
 
     @field_validator("bcd_image")
@@ -609,6 +625,18 @@ class Inventory(BaseModel):
             raise ValueError("must be a file path")
         return None if v is None else os.path.expanduser(v)
 
+    @field_validator("bcd_junit_out", "bcd_metrics_out")
+    @classmethod
+    def _audit_out(cls, v: str | None) -> str | None:
+        return cls._local_path(v)
+
+    @field_validator("bcd_release_confirm")
+    @classmethod
+    def _confirm(cls, v: str | None) -> str | None:
+        if v is not None and (not isinstance(v, str) or not v.strip()):
+            raise ValueError("must be the cluster's name (bcd_cluster_name, else the inventory host)")
+        return v
+
     @field_validator("bcd_node_roots", mode="before")
     @classmethod
     def _node_roots(cls, v: Any) -> dict[str, str]:
@@ -642,6 +670,15 @@ class Inventory(BaseModel):
         if isinstance(v, str) and re.fullmatch(r"[0-9]{1,3}%", v) and 1 <= int(v[:-1]) <= 100:
             return v
         raise ValueError(f"{_show(v)} must be a count (1 or more) or a percentage from 1% to 100%")
+
+    @field_validator("bcd_rollout_cluster_waves", mode="before")
+    @classmethod
+    def _cluster_waves(cls, v: Any) -> list[int | str] | None:
+        if v is None:
+            return None
+        if not isinstance(v, list) or not v:
+            raise ValueError("must be a list of wave sizes, counts or percentages of the clusters, such as [1, \"50%\"]")
+        return [cls._max_unavailable(w) for w in v]
 
     # -- rules across variables ----------------------------------------------------------------
 

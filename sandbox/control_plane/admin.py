@@ -19,6 +19,10 @@ POST       /nodes/forget          ``{"hostnames": [...]}`` (absent: every node):
                                   plane forgets those nodes, as if their hosts' /var/lib/bcd
                                   were wiped; their Node label goes and their pods join again.
                                   Answers ``{"forgotten": [hostname, ...]}``. For tests.
+POST       /nodes/allocation      ``{"hostname": "<Node name>", "allocation": "alloc_..." | null}``:
+                                  the node holds that allocation (a workload runs on it), or
+                                  none; nodes.remove refuses such a node without ``force``.
+                                  Answers ``{"hostname", "allocation"}``; 404 if unknown.
 POST       /tokens/expire         ``{"id": "jt_..."}``: the token expires now (time passing,
                                   for tests). Answers ``{"id", "expiresAt"}``; 404 if unknown.
 POST       /nodes/conditions      ``{"hostname", "type", "status", "reason"?, "message"?}``:
@@ -117,6 +121,16 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
             await run_in_threadpool(joiner.forgotten, gone)
         return {"forgotten": sorted(n["hostname"] for n in gone)}
 
+    async def allocation(request):
+        doc = await body(request)
+        if (not isinstance(doc, dict) or set(doc) != {"hostname", "allocation"} or not isinstance(doc["hostname"], str)
+                or not (doc["allocation"] is None or (isinstance(doc["allocation"], str) and doc["allocation"]))):
+            raise FaultError('the body must be {"hostname": "<Node name>", "allocation": "<id>" or null}')
+        node = store.set_allocation(doc["hostname"], doc["allocation"])
+        if node is None:
+            raise _NotFound(f"no node {doc['hostname']!r}")
+        return {"hostname": node["hostname"], "allocation": node["allocation"]}
+
     async def expire(request):
         doc = await body(request)
         if not isinstance(doc, dict) or set(doc) != {"id"} or not isinstance(doc["id"], str):
@@ -161,6 +175,7 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
         Route("/counters/reset", guarded(counters), methods=["POST"]),
         Route("/joins", guarded(joins), methods=["GET"]),
         Route("/nodes/forget", guarded(forget), methods=["POST"]),
+        Route("/nodes/allocation", guarded(allocation), methods=["POST"]),
         Route("/tokens/expire", guarded(expire), methods=["POST"]),
         Route("/nodes/conditions", guarded(node_condition), methods=["POST"]),
     ], exception_handlers={404: not_found, 405: not_found})
@@ -224,6 +239,9 @@ class Admin:
         """Set (``status`` None: clear) condition ``ctype`` of node ``hostname`` as nodes.list shows it."""
         return self.request("POST", "/nodes/conditions", {"hostname": hostname, "type": ctype, "status": status,
                                                           "reason": reason, "message": message})
+
+    def set_allocation(self, hostname: str, allocation: str | None) -> dict:
+        return self.request("POST", "/nodes/allocation", {"hostname": hostname, "allocation": allocation})
 
     def forget_nodes(self, hostnames: list[str] | None = None) -> list[str]:
         body = {} if hostnames is None else {"hostnames": hostnames}

@@ -9,8 +9,8 @@ Routes, under the base path ``/compute`` (so clients must keep the base path of
 Errors are ``{"error": {"code", "message"}}`` with the doc's statuses: INVALID_INPUT 400 (a body
 that is not a JSON object, an unknown field, a wrong type, a value out of bounds, a bad cursor),
 UNAUTHORIZED 401 (no or a wrong API key), FORBIDDEN 403 (a tenant the key does not act for),
-NOT_FOUND 404 (no such procedure, pool, token or route), CONFLICT 409 (an idempotency key reused
-with other parameters), RATE_LIMITED 429 and UNAVAILABLE 503 (fault injection, with
+NOT_FOUND 404 (no such procedure, pool, token, node or route), CONFLICT 409 (an idempotency key
+reused with other parameters, or nodes.remove of a node holding an allocation without force), RATE_LIMITED 429 and UNAVAILABLE 503 (fault injection, with
 Retry-After), INTERNAL 500. Checks run in that order: route, auth, body, fields, tenant, objects.
 
 The access log has method, path, status and duration: never a header or a body.
@@ -70,7 +70,7 @@ def rfc3339(t: float | None) -> str | None:
 
 @dataclass(frozen=True)
 class Field:
-    kind: str                      # "str" or "int"
+    kind: str                      # "str", "int" or "bool"
     required: bool = True
     lo: int = 1                    # str: min length; int: min value
     hi: int = 128                  # str: max length; int: max value
@@ -92,6 +92,7 @@ SPECS: dict[str, dict[str, Field]] = {
     "joinTokens.list": {"tenant": ID, "pool": OPT_ID, "cursor": CURSOR, "limit": LIMIT},
     "joinTokens.revoke": {"tenant": ID, "id": ID},
     "nodes.list": {"tenant": ID, "pool": OPT_ID, "cursor": CURSOR, "limit": LIMIT},
+    "nodes.remove": {"tenant": ID, "id": ID, "force": Field("bool", required=False)},
     "pools.get": {"tenant": ID, "id": ID},
 }
 
@@ -112,7 +113,12 @@ def check_body(procedure: str, body: object) -> dict:
             if field.required:
                 problems.append(f"{name}: is required")
             continue
-        if field.kind == "int":
+        if field.kind == "bool":
+            if not isinstance(value, bool):
+                problems.append(f"{name}: must be true or false")
+            else:
+                out[name] = value
+        elif field.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 problems.append(f"{name}: must be an integer from {field.lo} to {field.hi}")
             elif not field.lo <= value <= field.hi:
@@ -239,6 +245,15 @@ class Api:
         return {"items": [node_view(r) for r in rows],
                 "nextCursor": encode_cursor("nodes.list", rows[-1]["id"]) if more else None}
 
+    def p_nodes_remove(self, b: dict) -> dict:
+        node, why = self.store.remove_node(b["tenant"], b["id"], b.get("force", False))
+        if why == "NotFound":
+            raise ApiError("NOT_FOUND", f"no node {b['id']!r}")
+        if why == "Allocated":
+            raise ApiError("CONFLICT", f"node {node['id']} ({node['hostname']}) holds allocation {node['allocation']}: "
+                                       "end it first, or remove with force (its workload loses the node)")
+        return {"id": node["id"], "state": node["state"], "removedAt": rfc3339(node["removed_at"])}
+
     def p_pools_get(self, b: dict) -> dict:
         if b["id"] != self.seed.pool_id:
             raise ApiError("NOT_FOUND", f"tenant {self.seed.tenant!r} has no pool {b['id']!r}")
@@ -248,7 +263,8 @@ class Api:
 def node_view(row: dict) -> dict:
     return {"id": row["id"], "hostname": row["hostname"], "pool": row["pool"], "site": row["site"],
             "state": row["state"], "trust": row["trust"], "joinedAt": rfc3339(row["joined_at"]),
-            "conditions": [row["conditions"][k] for k in sorted(row["conditions"])]}
+            "conditions": [row["conditions"][k] for k in sorted(row["conditions"])],
+            "allocation": row.get("allocation"), "removedAt": rfc3339(row.get("removed_at"))}
 
 
 def build_app(api: Api) -> Starlette:

@@ -48,7 +48,9 @@ CREATE TABLE IF NOT EXISTS nodes (
     trust TEXT NOT NULL,
     token_id TEXT,
     joined_at REAL NOT NULL,
-    conditions TEXT NOT NULL DEFAULT '{}'
+    conditions TEXT NOT NULL DEFAULT '{}',
+    allocation TEXT,
+    removed_at REAL
 );
 """
 
@@ -83,6 +85,11 @@ class Store:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA busy_timeout=10000")
         self.conn.executescript(SCHEMA)
+        # A database an older emulator made lacks the columns nodes.remove added.
+        have = {r["name"] for r in self.conn.execute("PRAGMA table_info(nodes)")}
+        for column in ("allocation TEXT", "removed_at REAL"):
+            if column.split()[0] not in have:
+                self.conn.execute(f"ALTER TABLE nodes ADD COLUMN {column}")
 
     def close(self) -> None:
         self.conn.close()
@@ -182,11 +189,11 @@ class Store:
 
         Returns (node, None), or (None, reason) with reason ``TokenUnknown``, ``TokenRevoked``,
         ``TokenExpired`` or ``TokenExhausted``. A hostname already known returns (node, None)
-        without spending.
+        without spending; one that was removed (nodes.remove) joins anew, with a new id.
         """
         with self.tx() as conn:
             known = conn.execute("SELECT * FROM nodes WHERE hostname = ?", (hostname,)).fetchone()
-            if known:
+            if known and known["state"] != "removed":
                 return _node(known), None
             row = conn.execute("SELECT * FROM join_tokens WHERE id = ?", (token_id,)).fetchone()
             now = time.time()
@@ -201,6 +208,8 @@ class Store:
                 " AND expires_at > ?", (token_id, now))
             if cur.rowcount != 1:
                 return None, "TokenExhausted"
+            if known:
+                conn.execute("DELETE FROM nodes WHERE id = ?", (known["id"],))
             node_id = "node_" + ulid()
             conn.execute(
                 "INSERT INTO nodes (id, hostname, tenant, pool, site, state, trust, token_id, joined_at, conditions)"
@@ -230,7 +239,7 @@ class Store:
         """Mark the node offline (remembering its state) or back to the state it had; True on change."""
         with self.tx() as conn:
             row = conn.execute("SELECT state, prev_state FROM nodes WHERE hostname = ?", (hostname,)).fetchone()
-            if row is None:
+            if row is None or row["state"] == "removed":
                 return False
             if offline and row["state"] != "offline":
                 conn.execute("UPDATE nodes SET prev_state = state, state = 'offline' WHERE hostname = ?", (hostname,))
@@ -240,6 +249,32 @@ class Store:
                              " WHERE hostname = ?", (hostname,))
                 return True
             return False
+
+    def node(self, node_id: str) -> dict | None:
+        row = self.conn.execute("SELECT * FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        return _node(row) if row else None
+
+    def remove_node(self, tenant: str, node_id: str, force: bool) -> tuple[dict | None, str | None]:
+        """nodes.remove: (node, None) once removed (again: the first removal stands), or (node or
+        None, reason) with reason ``NotFound`` or ``Allocated`` (it holds an allocation, no ``force``)."""
+        with self.tx() as conn:
+            row = conn.execute("SELECT * FROM nodes WHERE id = ? AND tenant = ?", (node_id, tenant)).fetchone()
+            if row is None:
+                return None, "NotFound"
+            if row["state"] == "removed":
+                return _node(row), None
+            if row["allocation"] and not force:
+                return _node(row), "Allocated"
+            conn.execute("UPDATE nodes SET state = 'removed', prev_state = NULL, allocation = NULL, removed_at = ?"
+                         " WHERE id = ?", (time.time(), node_id))
+            return _node(conn.execute("SELECT * FROM nodes WHERE id = ?", (node_id,)).fetchone()), None
+
+    def set_allocation(self, hostname: str, allocation: str | None) -> dict | None:
+        """Give the node ``hostname`` an allocation (a test hook: a workload holds it), or none; None when unknown."""
+        with self.tx() as conn:
+            conn.execute("UPDATE nodes SET allocation = ? WHERE hostname = ?", (allocation, hostname))
+            row = conn.execute("SELECT * FROM nodes WHERE hostname = ?", (hostname,)).fetchone()
+            return _node(row) if row else None
 
     def forget_nodes(self, hostnames: list[str] | None) -> list[dict]:
         """Delete the nodes ``hostnames`` (all with None); return what was deleted."""

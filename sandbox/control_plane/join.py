@@ -319,7 +319,7 @@ class JoinSimulator:
             raise Refusal("ConfigMismatch", "the join container has no NODE_NAME from spec.nodeName: bcd cannot tell "
                                             "which Node it joins")
         known = self.store.node_by_hostname(node_name)
-        if known:
+        if known and known["state"] != "removed":
             return known, True
         token_file = _opt(cmd, "--token-file")
         if not token_file:
@@ -470,6 +470,8 @@ class JoinSimulator:
             }
         for node in self.store.nodes():
             host = node["hostname"]
+            if node["state"] == "removed":  # left the pool (nodes.remove): reports nothing
+                continue
             if host in joined_hosts:
                 with self.lock:
                     self.last_ready[host] = now

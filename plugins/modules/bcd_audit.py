@@ -1,0 +1,316 @@
+#!/usr/bin/python
+"""Ansible module bcd_audit: check, read-only, everything adoption promised on one cluster."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_audit
+short_description: Check, read-only, that an adopted cluster still is what adoption left
+description:
+  - Runs every check of audit.yml on one cluster and returns one result per check and node
+    (C({cluster, check, node, ok, message, warning}); C(node) is empty for a cluster-level
+    check). Changes nothing and mints nothing; the only writes are server-side dry runs.
+  - "C(drift-namespace), C(drift-configmap), C(drift-daemonset) - each rendered object (O(objects))
+    against the live one, by a server-side apply dry run with field manager C(bcd-ansible) (what
+    rollout.yml would change) - the fields that differ, the image digest on its own line, and the
+    field managers other than C(bcd-ansible) that updated the object after bcd-ansible last applied
+    it (a hand edit, a GitOps controller)."
+  - "C(clusterpolicy) (with C(bcd_nvidia_toolkit=gpu-operator)) - the ClusterPolicy isolation settings
+    gpu_stack sets (device plugin off, toolkit env false, CDI on, NRI plugin off; seed 000, GPU
+    isolation), each reverted field naming the field manager that owns it now
+    (C(metadata.managedFields)), such as C(helm) after a C(helm upgrade)."
+  - "C(gpu-isolation) per selected Node - the verdict of the GPU isolation gate (O(isolation), the
+    C(bcd_gpu_isolation) O(scope=cluster) result doctor.yml prints), leaving out the ClusterPolicy's
+    findings, which C(clusterpolicy) reports once."
+  - "C(join-tokens) - no unrevoked, unexpired join token whose description names this cluster
+    (C(joinTokens.list)); C(join-secret) - no join-token Secret (C(bcd_join_token_secret)) in the
+    bcd namespace."
+  - "C(reporting) per selected Node - its bcd node C(adopting), C(ready) or C(draining) in
+    C(nodes.list), with its conditions."
+  - "C(pod-security) - namespaces other than bcd's and C(bcd_privileged_namespaces) whose pods may
+    run privileged (no C(pod-security.kubernetes.io/enforce) label, or C(privileged)); a failure
+    with C(bcd_require_pod_security), else a passing check with a warning, as adopt-cluster.yml does."
+options:
+  cluster:
+    description: The cluster's name (C(bcd_cluster_name) or the inventory host).
+    type: str
+    required: true
+  objects:
+    description: The rendered Namespace, ConfigMap and DaemonSet (C(bcd_manifests) RV(objects)).
+    type: list
+    elements: dict
+    required: true
+  isolation:
+    description: The C(bcd_gpu_isolation) O(scope=cluster) result (its C(nodes)).
+    type: dict
+    required: true
+extends_documentation_fragment:
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
+attributes:
+  check_mode:
+    support: full
+    details: Read-only either way.
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Audit the cluster
+  bcd.kubernetes.bcd_audit:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
+    objects: "{{ bcd_daemonset_render.objects }}"
+    isolation: "{{ gpu_stack_verify_cluster }}"
+  no_log: true
+"""
+
+RETURN = r"""
+results:
+  description: One per check and node, C({cluster, check, node, ok, message, warning}).
+  returned: success
+  type: list
+  elements: dict
+table:
+  description: The per-node table (a row per Node and per-node check), then each cluster-level check, as lines.
+  returned: success
+  type: list
+  elements: str
+started:
+  description: Unix time the checks started.
+  returned: success
+  type: float
+failed_checks:
+  description: How many results are not ok.
+  returned: success
+  type: int
+"""
+
+import datetime
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import table
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    NODE_STATES_REPORTING,
+    ControlPlaneError,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import cluster_policy_findings
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    control_plane,
+    inventory,
+    kube,
+    label_selector,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
+
+DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
+# The ClusterPolicy field each isolation finding is about (where its field manager is looked up).
+POLICY_FIELDS = {"operator-device-plugin": ("spec", "devicePlugin", "enabled"), "operator-nri-plugin": ("spec", "cdi", "nriPluginEnabled"),
+                 "operator-toolkit-env": ("spec", "toolkit", "env"), "operator-cdi": ("spec", "cdi", "enabled")}
+IGNORED = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "uid", "selfLink")
+
+
+def _flat(obj, prefix=""):
+    """Dotted leaf paths of a JSON value (lists indexed), for a readable diff."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else k))
+        return out or {prefix: {}}
+    if isinstance(obj, list) and obj and all(isinstance(i, dict) for i in obj):
+        out = {}
+        for i, v in enumerate(obj):
+            key = v.get("name") if isinstance(v.get("name"), str) else i
+            out.update(_flat(v, f"{prefix}[{key}]"))
+        return out
+    return {prefix: obj}
+
+
+def _comparable(obj: dict) -> dict:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in IGNORED}
+    return {**{k: v for k, v in obj.items() if k not in ("metadata", "status")}, "metadata": meta}
+
+
+def _images(obj: dict) -> dict[str, str]:
+    pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {c.get("name"): c.get("image") for c in (pod.get("initContainers") or []) + (pod.get("containers") or [])}
+
+
+def _when(entry: dict) -> float:
+    try:
+        return datetime.datetime.fromisoformat(str(entry.get("time")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def drift(core, obj: dict, cluster: str) -> dict:
+    kind, meta = obj["kind"], obj["metadata"]
+    plural = {"Namespace": "namespaces", "ConfigMap": "configmaps", "DaemonSet": "daemonsets"}[kind]
+    where = f"{kind} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta['name']}"
+    check = f"drift-{kind.lower()}"
+    p = path(plural, meta["name"], meta.get("namespace") if kind != "Namespace" else None)
+    live = core.get(p)
+    if live is None:
+        return result(cluster, check, "", False, f"{where} does not exist; adopt-cluster.yml creates it")
+    dry = core.request("PATCH", p, {"fieldManager": FIELD_MANAGER, "force": "true", "dryRun": "All"}, obj,
+                       content_type="application/apply-patch+yaml")
+    before, after = _flat(_comparable(live)), _flat(_comparable(dry))
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    if not changed:
+        return result(cluster, check, "", True, f"{where} is as rendered")
+    lines = [f"{where} differs from the render in {', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}"]
+    live_images, want_images = _images(live), _images(obj)
+    for name in sorted(set(live_images) | set(want_images)):
+        if live_images.get(name) != want_images.get(name):
+            lines.append(f"image: {live_images.get(name) or '-'} runs, the render has {want_images.get(name) or '-'} (container {name})")
+    ours = max((_when(m) for m in live["metadata"].get("managedFields") or [] if m.get("manager") == FIELD_MANAGER), default=0.0)
+    others = sorted({m.get("manager") for m in live["metadata"].get("managedFields") or []
+                     if m.get("manager") != FIELD_MANAGER and m.get("operation") in ("Update", "Apply") and _when(m) >= ours
+                     and m.get("subresource") != "status"})
+    if others:
+        lines.append(f"changed by field manager(s) {', '.join(others)} after bcd-ansible applied it")
+    lines.append("fix: ansible-playbook rollout.yml applies the render again (or put the change into the inventory)")
+    return result(cluster, check, "", False, "\n".join(lines))
+
+
+def _owners(policy: dict, field: tuple[str, ...]) -> list[str]:
+    owners = []
+    for m in (policy.get("metadata") or {}).get("managedFields") or []:
+        tree = m.get("fieldsV1") or {}
+        for part in field:
+            tree = tree.get(f"f:{part}") if isinstance(tree, dict) else None
+            if tree is None:
+                break
+        if tree is not None:
+            owners.append(m.get("manager") or "?")
+    return sorted(set(owners))
+
+
+def clusterpolicy(core, cluster: str) -> dict:
+    try:
+        policies = core.list("/apis/nvidia.com/v1/clusterpolicies")
+    except KubeError as exc:
+        if exc.status == 404:
+            return result(cluster, "clusterpolicy", "", False, "the cluster has no ClusterPolicy (nvidia.com/v1) while "
+                          "bcd_nvidia_toolkit is gpu-operator: is the GPU operator installed?")
+        raise
+    lines = []
+    for policy in policies:
+        for f in cluster_policy_findings(policy, True):
+            field = POLICY_FIELDS.get(f["check"])
+            owners = _owners(policy, field) if field else []
+            who = f" (set by field manager {', '.join(owners)})" if owners else ""
+            lines.append(f"{f['where']}: {'.'.join(field) if field else f['check']} reverted{who}: {f['message']} Fix: {f['fix']}")
+    if not policies:
+        return result(cluster, "clusterpolicy", "", False, "no ClusterPolicy (nvidia.com/v1) while bcd_nvidia_toolkit is gpu-operator")
+    if lines:
+        lines.append("a helm upgrade or GitOps sync with other values undoes gpu_stack: keep its values in the chart's values")
+        return result(cluster, "clusterpolicy", "", False, "\n".join(lines))
+    names = ", ".join(p["metadata"]["name"] for p in policies)
+    return result(cluster, "clusterpolicy", "", True, f"ClusterPolicy {names}: device plugin off, toolkit env false, CDI on, NRI plugin off")
+
+
+def result(cluster: str, check: str, node: str, ok: bool, message: str, warning: bool = False) -> dict:
+    return {"cluster": cluster, "check": check, "node": node, "ok": ok, "message": message, "warning": warning}
+
+
+def run(module, inv, cp, core) -> list[dict]:
+    p = module.params
+    cluster = p["cluster"]
+    out = [drift(core, obj, cluster) for obj in p["objects"] if obj.get("kind") in ("Namespace", "ConfigMap", "DaemonSet")]
+    if inv.bcd_nvidia_toolkit.preset == "gpu-operator":
+        out.append(clusterpolicy(core, cluster))
+
+    # Token hygiene.
+    now = time.time()
+    live = []
+    for tok in cp.list_tokens(inv.bcd_tenant, inv.bcd_pool):
+        m = DESCRIPTION_RE.match(tok.get("description") or "")
+        expires = _when({"time": tok.get("expiresAt")})
+        if m and m["cluster"] == cluster and not tok.get("revokedAt") and expires > now:
+            live.append(f"{tok['id']} (run {m['run']}, expires {tok.get('expiresAt')})")
+    out.append(result(cluster, "join-tokens", "", not live,
+                      f"unrevoked join token(s) of this cluster: {', '.join(live)}; the next adopt-cluster.yml revokes them, "
+                      "or revoke them now (joinTokens.revoke)" if live else "no unrevoked join token of this cluster"))
+    secret = inv.bcd_join_token_secret
+    found = core.get(path("secrets", secret.name, inv.bcd_namespace))
+    token_id = ((found or {}).get("metadata") or {}).get("annotations", {}).get("bcd.dev/join-token-id")
+    out.append(result(cluster, "join-secret", "", found is None,
+                      f"join-token Secret {inv.bcd_namespace}/{secret.name} left behind (token {token_id or '?'}); the next "
+                      "adopt-cluster.yml deletes it, or delete it now" if found else
+                      f"no join-token Secret {inv.bcd_namespace}/{secret.name}"))
+
+    # Every selected node reporting, with bcd's conditions; GPU isolation per node.
+    selected = sorted(n["metadata"]["name"] for n in core.list(path("nodes"), {"labelSelector": label_selector(inv) or None}))
+    cp_nodes = {n.get("hostname"): n for n in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool) if n.get("state") != "removed"}
+    verdicts = {n["name"]: n for n in (p["isolation"].get("nodes") or [])}
+    for name in selected:
+        n = cp_nodes.get(name)
+        conds = "; ".join(f"{c.get('type')}={c.get('status')} ({c.get('reason')}: {c.get('message')})" for c in (n or {}).get("conditions") or [])
+        if n is None:
+            out.append(result(cluster, "reporting", name, False, f"{name} is not a node of pool {inv.bcd_pool}: it never joined or "
+                              "was removed; adopt-cluster.yml (or add-nodes.yml) joins it"))
+        else:
+            ok = n.get("state") in NODE_STATES_REPORTING
+            out.append(result(cluster, "reporting", name, ok, f"{name} is {n['id']}, {n.get('state')}, {n.get('trust')}"
+                              + (f"; conditions: {conds}" if conds else "")
+                              + ("" if ok else "; its bcd pod is not Running and Ready or cannot reach the control plane")))
+        v = verdicts.get(name)
+        if v is None:
+            out.append(result(cluster, "gpu-isolation", name, False, f"{name}: no GPU isolation verdict"))
+            continue
+        own = [f for f in v.get("findings") or [] if not str(f.get("where", "")).startswith("ClusterPolicy/")]
+        if not own:
+            note = " (ClusterPolicy findings: see check clusterpolicy)" if v.get("verdict") != "isolated" else ""
+            out.append(result(cluster, "gpu-isolation", name, True, f"{name}: isolated{note}; node files {v.get('node_files', '-')}"))
+        else:
+            out.append(result(cluster, "gpu-isolation", name, False, f"{name}: {v.get('verdict')}: " + "; ".join(
+                f"{f.get('where')}: {f.get('message')} Fix: {f.get('fix')}" for f in own)))
+
+    # Pod Security of the other namespaces.
+    allowed = {inv.bcd_namespace, *inv.bcd_privileged_namespaces}
+    open_ns = sorted(ns["metadata"]["name"] for ns in core.list(path("namespaces"))
+                     if ns["metadata"]["name"] not in allowed
+                     and ((ns["metadata"].get("labels") or {}).get("pod-security.kubernetes.io/enforce") in (None, "privileged")))
+    if open_ns:
+        msg = (f"Pod Security lets pods in {', '.join(open_ns)} run privileged or mount host paths (no "
+               "pod-security.kubernetes.io/enforce label, or privileged): label them baseline or restricted, or list them "
+               "in bcd_privileged_namespaces")
+        out.append(result(cluster, "pod-security", "", not inv.bcd_require_pod_security, msg, warning=True))
+    else:
+        out.append(result(cluster, "pod-security", "", True, "every other namespace enforces baseline or restricted"))
+    return out
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, **KUBE_OPTIONS,
+                       "cluster": {"type": "str", "required": True},
+                       "objects": {"type": "list", "elements": "dict", "required": True},
+                       "isolation": {"type": "dict", "required": True}},
+        supports_check_mode=True,
+    )
+    inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
+    cp = control_plane(module, inv)
+    core = kube(module, inv)
+    started = time.time()
+    try:
+        results = run(module, inv, cp, core)
+    except (KubeError, ControlPlaneError) as exc:
+        module.fail_json(msg=f"audit of cluster {module.params['cluster']} could not run: {exc}")
+    module.exit_json(changed=False, started=started, results=results, table=table(results), failed_checks=sum(1 for r in results if not r["ok"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""audit.yml against an adopted sandbox: every check passes; then, after each of a hand edit to
+the DaemonSet, the ClusterPolicy's toolkit env set back by another field manager, a join Secret
+left behind, an unrevoked token, and a node that stops reporting, exactly the right check fails
+and names the cause. The JUnit file validates against the JUnit schema and the textfile parses
+with prometheus_client's parser.
+
+Each fault is undone before the next test (so the tests run in file order on one sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import xmlschema
+from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import recap, run_playbook
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
+
+NS = "bcd-system"
+SCHEMA = Path(__file__).resolve().parent.parent / "fixtures" / "junit" / "junit.xsd"
+OTHER_DIGEST = "0" * 64
+
+
+@pytest.fixture(scope="module")
+def admin(sandbox):
+    from sandbox.control_plane.admin import Admin
+
+    a = Admin.for_sandbox(sandbox.dir)
+    a.clear_faults()
+    yield a
+    a.clear_faults()
+
+
+def audit(tmp_path: Path, *extra: str) -> tuple:
+    """Run audit.yml writing every output; return (run, report, junit text, metrics text)."""
+    report, junit, metrics = tmp_path / "audit.json", tmp_path / "audit.xml", tmp_path / "bcd_audit.prom"
+    run = run_playbook("audit.yml", "-e", f"bcd_report_out={report}", "-e", f"bcd_junit_out={junit}",
+                       "-e", f"bcd_metrics_out={metrics}", *extra)
+    assert report.exists(), run.stdout[-3000:]
+    return run, json.loads(report.read_text()), junit.read_text(), metrics.read_text()
+
+
+def failed(report: dict) -> set[tuple[str, str]]:
+    return {(r["check"], r["node"]) for c in report["clusters"].values() for r in c["results"] if not r["ok"]}
+
+
+def message(report: dict, check: str, node: str = "") -> str:
+    return next(r["message"] for c in report["clusters"].values() for r in c["results"]
+                if r["check"] == check and r["node"] == node)
+
+
+def test_every_check_passes_on_an_adopted_cluster(sandbox, tmp_path, cp, cpvars):
+    tokens_before = len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
+    run, report, junit, metrics = audit(tmp_path)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert failed(report) == set() and report["passed"] is True
+    assert recap(run.stdout)["sandbox"]["changed"] == 0
+    assert len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]))) == tokens_before, "an audit mints nothing"
+    gpu = sandbox.gpu_node_names()
+    results = report["clusters"]["sandbox"]["results"]
+    checks = {(r["check"], r["node"]) for r in results}
+    for node in gpu:
+        assert {("reporting", node), ("gpu-isolation", node)} <= checks
+    assert {"drift-namespace", "drift-configmap", "drift-daemonset", "clusterpolicy", "join-tokens", "join-secret",
+            "pod-security"} <= {c for c, _ in checks}
+    # Pod Security of namespace default is a warning, as in adopt-cluster.yml, not a failure.
+    assert "default" in message(report, "pod-security")
+    # JUnit: valid, one test case per check and node.
+    schema = xmlschema.XMLSchema(str(SCHEMA))
+    schema.validate(junit)
+    suite = schema.to_dict(junit)["testsuite"][0]
+    assert suite["@name"] == "sandbox" and suite["@tests"] == len(results) and suite["@failures"] == 0
+    assert len(suite["testcase"]) == len(results)
+    # Prometheus: one gauge per check and node, all 1, and the time of the run.
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    samples = families["bcd_audit_check_ok"].samples
+    assert len(samples) == len(results) and all(s.value == 1 for s in samples)
+    assert abs(families["bcd_audit_last_run_timestamp_seconds"].samples[0].value - time.time()) < 600
+    # The per-node table.
+    assert "NODE" in run.stdout and "GPU-ISOLATION" in run.stdout
+
+
+def test_refuses_variables_that_would_change_something(tmp_path):
+    out = tmp_path / "render.json"
+    run = run_playbook("audit.yml", "-e", f"bcd_render_out={out}")
+    assert run.returncode != 0
+    assert "INVALID_CONFIG: bcd_render_out: audit.yml changes nothing" in run.stdout, run.stdout[-3000:]
+    assert not out.exists()
+
+
+def test_a_hand_edit_to_the_daemonset(sandbox, tmp_path):
+    with sandbox.api_client() as api:
+        ds = k8s.AppsV1Api(api).read_namespaced_daemon_set("bcd", NS)
+    image = next(c.image for c in ds.spec.template.spec.containers if c.name == "bcd")
+    edited = image.split("@sha256:")[0] + "@sha256:" + OTHER_DIGEST
+    # OnDelete, so no pod moves while the edit is there.
+    patch = {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
+                      "template": {"spec": {"containers": [{"name": "bcd", "image": edited}]}}}}
+    undo = {"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                     "template": {"spec": {"containers": [{"name": "bcd", "image": image}]}}}}
+    sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(patch))
+    try:
+        run, report, _, metrics = audit(tmp_path)
+    finally:
+        sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(undo))
+    assert run.returncode != 0
+    assert failed(report) == {("drift-daemonset", "")}, failed(report)
+    text = message(report, "drift-daemonset")
+    assert f"image: {edited} runs, the render has {image} (container bcd)" in text.splitlines(), text
+    assert "kubectl-edit" in text and "updateStrategy" in text
+    assert "drift-daemonset" in run.stdout
+    zero = [s for f in text_string_to_metric_families(metrics) if f.name == "bcd_audit_check_ok" for s in f.samples if s.value == 0]
+    assert [s.labels["check"] for s in zero] == ["drift-daemonset"]
+
+
+def test_the_clusterpolicy_set_back_by_another_field_manager(sandbox, tmp_path):
+    group, version, plural, name = "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+    with sandbox.api_client() as api:
+        before = k8s.CustomObjectsApi(api).get_cluster_custom_object(group, version, plural, name)["spec"]["toolkit"]["env"]
+    reverted = [e for e in before if e["name"] != "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"]
+    sandbox.kubectl("patch", "clusterpolicy", name, "--type=merge", "--field-manager=helm",
+                    "-p", json.dumps({"spec": {"toolkit": {"env": reverted}}}))
+    try:
+        run, report, junit, _ = audit(tmp_path)
+    finally:
+        sandbox.kubectl("patch", "clusterpolicy", name, "--type=merge", "--field-manager=helm",
+                        "-p", json.dumps({"spec": {"toolkit": {"env": before}}}))
+    assert run.returncode != 0
+    assert failed(report) == {("clusterpolicy", "")}, failed(report)
+    text = message(report, "clusterpolicy")
+    assert "spec.toolkit.env reverted (set by field manager helm)" in text
+    xmlschema.XMLSchema(str(SCHEMA)).validate(junit)
+    assert 'type="clusterpolicy"' in junit
+
+
+def test_a_join_secret_left_behind(sandbox, tmp_path):
+    with sandbox.api_client() as api:
+        core = k8s.CoreV1Api(api)
+        core.create_namespaced_secret(NS, {"metadata": {"name": "bcd-join", "labels": {"app.kubernetes.io/managed-by": "bcd-ansible"},
+                                                        "annotations": {"bcd.dev/join-token-id": "jt_left"}},
+                                           "stringData": {"token": "not-a-token"}})
+        try:
+            run, report, _, _ = audit(tmp_path)
+        finally:
+            core.delete_namespaced_secret("bcd-join", NS)
+    assert run.returncode != 0
+    assert failed(report) == {("join-secret", "")}, failed(report)
+    assert "bcd-system/bcd-join left behind (token jt_left)" in message(report, "join-secret")
+    assert "not-a-token" not in run.stdout + json.dumps(report)
+
+
+def test_an_unrevoked_token(tmp_path, cp, cpvars):
+    tenant, pool = cpvars["bcd_tenant"], cpvars["bcd_pool"]
+    tok = cp.create_token(tenant, pool, 1, 3600, f"audit-test-{time.time()}", "bcd-ansible cluster=sandbox run=killed-run playbook=adopt-cluster")
+    try:
+        run, report, _, _ = audit(tmp_path)
+    finally:
+        cp.revoke_token(tenant, tok["id"])
+    assert run.returncode != 0
+    assert failed(report) == {("join-tokens", "")}, failed(report)
+    assert f"{tok['id']} (run killed-run" in message(report, "join-tokens")
+    assert tok["token"] not in run.stdout + json.dumps(report)
+
+
+def wait_state(cp, cpvars, host: str, states: tuple[str, ...], timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        node = next((n for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"]) if n["hostname"] == host), None)
+        if node and node["state"] in states:
+            return node
+        assert time.monotonic() < deadline, f"{host} is {node and node['state']}, not {states}"
+        time.sleep(2)
+
+
+def test_a_node_that_stops_reporting(sandbox, tmp_path, admin, cp, cpvars):
+    node = sandbox.gpu_node_names()[0]
+    admin.patch_faults({"refuseJoin": {node: "host under maintenance"}})
+    try:
+        with sandbox.api_client() as api:
+            core = k8s.CoreV1Api(api)
+            for pod in core.list_namespaced_pod(NS, field_selector=f"spec.nodeName={node}").items:
+                core.delete_namespaced_pod(pod.metadata.name, NS)
+        wait_state(cp, cpvars, node, ("offline",))
+        run, report, _, _ = audit(tmp_path)
+        # Report only: the same failure, exit 0.
+        quiet_dir = tmp_path / "quiet"
+        quiet_dir.mkdir()
+        quiet, quiet_report, _, _ = audit(quiet_dir, "-e", "bcd_audit_report_only=true")
+    finally:
+        admin.patch_faults({"refuseJoin": None})
+        wait_state(cp, cpvars, node, ("adopting", "ready"))
+    assert run.returncode != 0
+    assert failed(report) == {("reporting", node)}, failed(report)
+    text = message(report, "reporting", node)
+    assert "offline" in text and "Reporting=False (NoReadyPod" in text and "JoinRefused=True (Refused: host under maintenance)" in text
+    assert f"reporting {node} failed" in run.stdout
+    assert quiet.returncode == 0, quiet.stdout[-3000:]
+    assert failed(quiet_report) == {("reporting", node)}

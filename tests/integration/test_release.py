@@ -1,0 +1,178 @@
+"""release-cluster.yml against the sandbox: take bcd out of an adopted cluster, then adopt it again.
+
+The tests run in file order and share one sandbox: refusals first (no confirmation, a node
+holding an allocation), then --check, the release itself, a second run that changes nothing,
+and a new adoption.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.helpers import recap, run_playbook
+
+pytestmark = [pytest.mark.sandbox]
+
+NS = "bcd-system"
+POLICY = ("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+PREVIOUS = "bcd.dev/gpu-stack-previous"
+
+
+@pytest.fixture(scope="module")
+def admin(sandbox):
+    from sandbox.control_plane.admin import Admin
+
+    a = Admin.for_sandbox(sandbox.dir)
+    a.clear_faults()
+    yield a
+    a.clear_faults()
+
+
+@pytest.fixture(scope="module")
+def released_from(sandbox, cp, cpvars):
+    """A cluster adopted from scratch, its ClusterPolicy in the GPU operator's default state first
+    (so gpu_stack records what it changes)."""
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    with sandbox.api_client() as api:
+        custom = k8s.CustomObjectsApi(api)
+        group, version, plural, name = POLICY
+        custom.patch_cluster_custom_object(group, version, plural, name, {
+            "metadata": {"annotations": {PREVIOUS: None}},
+            "spec": {"devicePlugin": {"enabled": True}, "toolkit": {"env": None},
+                     "cdi": {"enabled": False, "nriPluginEnabled": None}}})
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    return policy(sandbox)
+
+
+def policy(sandbox) -> dict:
+    with sandbox.api_client() as api:
+        return k8s.CustomObjectsApi(api).get_cluster_custom_object(*POLICY)
+
+
+def release(*args: str):
+    return run_playbook("release-cluster.yml", *args)
+
+
+def cp_nodes(cp, cpvars) -> dict[str, dict]:
+    return {n["hostname"]: n for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
+
+
+def daemonset(sandbox):
+    with sandbox.api_client() as api:
+        found = k8s.AppsV1Api(api).list_namespaced_daemon_set(NS).items
+    return found[0] if found else None
+
+
+def bcd_labels(sandbox) -> dict[str, list[str]]:
+    with sandbox.api_client() as api:
+        nodes = k8s.CoreV1Api(api).list_node().items
+    return {n.metadata.name: sorted(k for k in (n.metadata.labels or {}) if k.startswith("bcd.dev/"))
+            for n in nodes if any(k.startswith("bcd.dev/") for k in (n.metadata.labels or {}))}
+
+
+def test_adoption_records_what_it_created(sandbox, released_from):
+    with sandbox.api_client() as api:
+        ns = k8s.CoreV1Api(api).read_namespace(NS)
+    assert (ns.metadata.annotations or {}).get("bcd.dev/created-by") == "bcd-ansible"
+    previous = json.loads(released_from["metadata"]["annotations"][PREVIOUS])
+    assert previous == {"devicePlugin": {"enabled": True}, "toolkit": {"env": None},
+                        "cdi": {"enabled": False, "nriPluginEnabled": None}}
+
+
+def test_refused_without_the_confirmation(sandbox, released_from, cp, cpvars):
+    before = cp_nodes(cp, cpvars)
+    for extra in ((), ("-e", "bcd_release_confirm=another-cluster")):
+        run = release(*extra)
+        assert run.returncode != 0
+        assert "INVALID_CONFIG: bcd_release_confirm: must be this cluster's name, sandbox" in run.stdout, run.stdout[-3000:]
+        assert "Nothing was changed" in run.stdout
+    assert daemonset(sandbox) is not None
+    assert cp_nodes(cp, cpvars) == before
+
+
+def test_a_node_holding_an_allocation_stops_it(sandbox, released_from, admin, cp, cpvars):
+    gpu = sandbox.gpu_node_names()
+    admin.set_allocation(gpu[0], "alloc_test_1")
+    try:
+        run = release("-e", "bcd_release_confirm=sandbox")
+    finally:
+        admin.set_allocation(gpu[0], None)
+    assert run.returncode != 0
+    assert f"{gpu[0]} (" in run.stdout and "holds alloc_test_1" in run.stdout, run.stdout[-3000:]
+    assert "bcd_release_force" in run.stdout
+    assert all(n["state"] != "removed" for n in cp_nodes(cp, cpvars).values()), "no node was removed"
+    assert daemonset(sandbox) is not None, "the DaemonSet stays when the run stops"
+
+
+def test_check_mode_shows_it_all_and_changes_nothing(sandbox, released_from, cp, cpvars):
+    before = cp_nodes(cp, cpvars)
+    labels = bcd_labels(sandbox)
+    run = release("-e", "bcd_release_confirm=sandbox", "--check", "--diff")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert f"Would remove {len(sandbox.gpu_node_names())} node(s) from the control plane" in run.stdout
+    assert "bcd.dev/node-id=" in run.stdout, "--diff shows the labels that go"
+    assert recap(run.stdout)["sandbox"]["changed"] > 0
+    assert daemonset(sandbox) is not None
+    assert cp_nodes(cp, cpvars) == before
+    assert bcd_labels(sandbox) == labels
+
+
+def test_release(sandbox, released_from, cp, cpvars, tmp_path):
+    tenant, pool = cpvars["bcd_tenant"], cpvars["bcd_pool"]
+    # An unrevoked token a killed run left, and its Secret.
+    left = cp.create_token(tenant, pool, 1, 3600, "left-by-a-killed-run", "bcd-ansible cluster=sandbox run=killed playbook=adopt-cluster")
+    with sandbox.api_client() as api:
+        k8s.CoreV1Api(api).create_namespaced_secret(NS, {
+            "metadata": {"name": "bcd-join", "labels": {"app.kubernetes.io/managed-by": "bcd-ansible"}},
+            "stringData": {"token": "not-a-real-token"}})
+    gpu = sandbox.gpu_node_names()
+    # Two GPU nodes Ansible reaches (their roots are folders here), with bcd's host state.
+    roots = {name: tmp_path / name for name in gpu[:2]}
+    for root in roots.values():
+        (root / "var/lib/bcd").mkdir(parents=True)
+        (root / "var/lib/bcd/node.key").write_text("key")
+    inv = tmp_path / "gpu_nodes.yml"
+    inv.write_text(json.dumps({"gpu_nodes": {"hosts": {n: {"bcd_node_root": str(r)} for n, r in roots.items()}}}))
+    run = release("-i", "inventories/sandbox", "-i", str(inv), "-e", "bcd_release_confirm=sandbox",
+                  "-e", "bcd_release_restore_gpu_stack=true", "-e", "bcd_release_host_state=true", "--diff")
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert all(not (root / "var/lib/bcd").exists() and root.exists() for root in roots.values())
+    assert f"Removed {len(gpu)} node(s) from the control plane" in run.stdout
+    assert "Cluster sandbox is released" in run.stdout
+    assert "not-a-real-token" not in run.stdout
+    # No bcd object, label, Secret or live token remains; the emulator lists the nodes as removed.
+    with sandbox.api_client() as api:
+        names = [n.metadata.name for n in k8s.CoreV1Api(api).list_namespace().items]
+    assert NS not in names
+    assert bcd_labels(sandbox) == {}
+    assert cp.get_token(tenant, left["id"])["revokedAt"]
+    assert not [t for t in cp.list_tokens(tenant, pool) if not t.get("revokedAt") and "cluster=sandbox " in (t.get("description") or "")]
+    nodes = cp_nodes(cp, cpvars)
+    assert {h: n["state"] for h, n in nodes.items() if h in gpu} == dict.fromkeys(gpu, "removed")
+    assert all(nodes[h]["removedAt"] for h in gpu)
+    # The ClusterPolicy is as the GPU operator's chart left it.
+    spec = policy(sandbox)
+    assert PREVIOUS not in (spec["metadata"].get("annotations") or {})
+    assert spec["spec"]["devicePlugin"] == {"enabled": True}
+    assert spec["spec"]["cdi"] == {"enabled": False, "default": False}
+    assert "env" not in spec["spec"]["toolkit"]
+
+
+def test_second_run_changes_nothing(sandbox, released_from):
+    run = release("-e", "bcd_release_confirm=sandbox", "-e", "bcd_release_restore_gpu_stack=true")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert recap(run.stdout)["sandbox"]["changed"] == 0, run.stdout[-3000:]
+    assert f"Removed 0 node(s) from the control plane; {len(sandbox.gpu_node_names())} already removed" in run.stdout
+
+
+def test_adopt_again(sandbox, released_from, cp, cpvars):
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    nodes = cp_nodes(cp, cpvars)
+    gpu = sandbox.gpu_node_names()
+    assert all(nodes[h]["state"] == "adopting" for h in gpu)
+    assert set(bcd_labels(sandbox)) == set(gpu)

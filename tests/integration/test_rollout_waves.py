@@ -1,0 +1,71 @@
+"""rollout.yml across clusters in waves (bcd_rollout_cluster_waves) on one sandbox: a second
+inventory cluster whose kubeconfig does not exist always fails, so the waves' order decides
+what runs. A failed wave stops every later one; clusters rolled before stay as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import ROOT, recap, run_playbook
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
+
+
+def cluster(sandbox, **overrides) -> dict:
+    """The sandbox cluster's inventory variables, with ``overrides``."""
+    host = yaml.safe_load((ROOT / "inventories/sandbox/host_vars/sandbox.yml").read_text())
+    host["sandbox_dir"] = str(sandbox.dir)
+    return {**host, **overrides}
+
+
+def broken_inventory(sandbox, tmp_path: Path, *more: str) -> Path:
+    """Cluster ``broken``: the sandbox's variables, but a kubeconfig that does not exist; then
+    ``more`` clusters, each the sandbox again under another name."""
+    hosts = {"broken": cluster(sandbox, bcd_kubeconfig=str(tmp_path / "no-such-kubeconfig"))}
+    hosts.update({name: cluster(sandbox, bcd_cluster_name=name) for name in more})
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump({"clusters": {"hosts": hosts}}))
+    return path
+
+
+def waves(*inventories: str, sizes=(1, "100%")) -> object:
+    return run_playbook("rollout.yml", *[a for inv in inventories for a in ("-i", inv)],
+                        "-e", json.dumps({"bcd_rollout_cluster_waves": list(sizes)}))
+
+
+def test_a_failed_later_wave_leaves_the_canary_cluster_rolled(sandbox, tmp_path):
+    run = waves("inventories/sandbox", str(broken_inventory(sandbox, tmp_path)))
+    assert run.returncode != 0
+    counts = recap(run.stdout)
+    assert counts["sandbox"]["failed"] == 0 and counts["broken"]["failed"] == 1, run.stdout[-3000:]
+    assert "fatal: [broken]" in run.stdout
+    assert "nothing to do" in run.stdout or "unchanged" in run.stdout
+
+
+def test_a_failed_canary_cluster_stops_every_later_wave(sandbox, tmp_path):
+    run = waves(str(broken_inventory(sandbox, tmp_path)), "inventories/sandbox")
+    assert run.returncode != 0
+    assert "fatal: [broken]" in run.stdout
+    assert "ok: [sandbox]" not in run.stdout, "the second wave never started"
+    assert recap(run.stdout).get("sandbox", {}).get("ok", 0) == 0
+
+
+def test_a_partly_failed_wave_stops_the_next_and_lists_what_rolled(sandbox, tmp_path):
+    # waves: [sandbox], [broken, again], [last]
+    run = waves("inventories/sandbox", str(broken_inventory(sandbox, tmp_path, "again", "last")), sizes=(1, 2, 1))
+    assert run.returncode != 0
+    counts = recap(run.stdout)
+    assert counts["sandbox"]["failed"] == 0 and counts["again"]["failed"] == 0, run.stdout[-3000:]
+    assert counts["broken"]["failed"] == 1 and counts["last"]["failed"] == 1
+    assert "not started: cluster(s) broken of an earlier wave failed (bcd_rollout_cluster_waves); rolled in earlier " \
+           "waves: sandbox, again" in " ".join(run.stdout.split()), run.stdout[-3000:]
+
+
+def test_waves_are_validated(tmp_path):
+    run = run_playbook("rollout.yml", "-e", json.dumps({"bcd_rollout_cluster_waves": [0]}))
+    assert run.returncode != 0
+    assert "INVALID_CONFIG: bcd_rollout_cluster_waves: 0 must be at least 1" in run.stdout, run.stdout[-2000:]
