@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_audit: check, read-only, everything adoption promised on one cluster."""
 
 from __future__ import annotations
@@ -6,6 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bcd_audit
+version_added: 1.0.0
 short_description: Check, read-only, that an adopted cluster still is what adoption left
 description:
   - Runs every check of audit.yml on one cluster and returns one result per check and node
@@ -21,7 +24,7 @@ description:
     isolation), each reverted field naming the field manager that owns it now
     (C(metadata.managedFields)), such as C(helm) after a C(helm upgrade)."
   - "C(gpu-isolation) per selected Node - the verdict of the GPU isolation gate (O(isolation), the
-    C(bcd_gpu_isolation) O(scope=cluster) result doctor.yml prints), leaving out the ClusterPolicy's
+    C(bcd_gpu_isolation) C(scope=cluster) result doctor.yml prints), leaving out the ClusterPolicy's
     findings, which C(clusterpolicy) reports once."
   - "C(join-tokens) - no unrevoked, unexpired join token whose description names this cluster
     (C(joinTokens.list)); C(join-secret) - no join-token Secret (C(bcd_join_token_secret)) in the
@@ -37,26 +40,30 @@ options:
     type: str
     required: true
   objects:
-    description: The rendered Namespace, ConfigMap and DaemonSet (C(bcd_manifests) RV(objects)).
+    description: The rendered Namespace, ConfigMap and DaemonSet (C(bcd_manifests) result C(objects)).
     type: list
     elements: dict
     required: true
   isolation:
-    description: The C(bcd_gpu_isolation) O(scope=cluster) result (its C(nodes)).
+    description: The C(bcd_gpu_isolation) C(scope=cluster) result (its C(nodes)).
     type: dict
     required: true
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
     details: Read-only either way.
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_audit_report: write audit.yml's JSON report, JUnit XML and Prometheus textfile."""
 
 from __future__ import annotations
@@ -6,6 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bcd_audit_report
+version_added: 1.0.0
 short_description: Write the audit's JSON report, JUnit XML and Prometheus textfile, for every cluster of the run
 description:
   - "Takes the C(bcd_audit) results of every cluster of the run (and clusters whose audit could not
@@ -18,7 +21,7 @@ description:
   - A cluster whose audit could not run gets one failed C(audit) check naming the error.
 options:
   results:
-    description: The C(bcd_audit) RV(bcd_audit#module:results) of every cluster, concatenated.
+    description: The M(bcd.kubernetes.bcd_audit) result C(results) of every cluster, concatenated.
     type: list
     elements: dict
     required: true
@@ -39,14 +42,19 @@ options:
   metrics_out:
     description: Where to write the Prometheus textfile (C(bcd_metrics_out)); name it C(*.prom) for the textfile collector.
     type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
     details: The files are written in check mode too; they are the audit's output, not a change to a cluster.
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

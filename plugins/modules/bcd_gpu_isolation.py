@@ -260,7 +260,7 @@ node:
       description: Each toolkit configuration read or required (C(path), C(exists), C(readers), the two keys).
       type: list
       elements: dict
-    notes: {description: Advice that does not change the verdict, and each file not in effect with why., type: list, elements: str}
+    notes: {description: "Advice that does not change the verdict, and each file not in effect with why.", type: list, elements: str}
     ignored_files:
       description: Each runtime configuration file that exists but is not in effect (C(file), C(why)).
       type: list
@@ -272,7 +272,7 @@ node:
           loading rules leave it open.
       type: list
       elements: dict
-    cdi_specs: {description: "Each CDI specification of kind nvidia.com/gpu (C(path), C(devices), C(by_uuid))., type: list, elements: dict"}
+    cdi_specs: {description: "Each CDI specification of kind nvidia.com/gpu (C(path), C(devices), C(by_uuid)).", type: list, elements: dict}
     plugins_registry: {description: Whether /var/lib/kubelet/plugins_registry exists., type: bool}
     ready: {description: "C(ready), C(not-ready) or C(unknown).", type: str}
     readiness: {description: Readiness findings (C(status) C(not-ready) or C(unknown)) as RV(node.findings)., type: list, elements: dict}

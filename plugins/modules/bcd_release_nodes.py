@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_release_nodes: the cluster's nodes leave the control plane, or lose bcd's labels."""
 
 from __future__ import annotations
@@ -6,6 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bcd_release_nodes
+version_added: 1.0.0
 short_description: Remove a released cluster's nodes from the control plane, or bcd's labels from its Nodes
 description:
   - O(step=control_plane) tells the control plane that the cluster's nodes leave (C(nodes.remove)
@@ -30,7 +33,11 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
     details: Removes nothing and patches nothing; RV(removed) and RV(labels) say what would go.
@@ -38,7 +45,7 @@ attributes:
     support: full
     details: The Nodes' bcd.dev/* labels and the control-plane nodes' states, before and after.
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
