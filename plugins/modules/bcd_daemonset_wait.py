@@ -17,8 +17,12 @@ description:
     config is wrong; the termination message says why; seed 000, Apply), or the pod cannot turn
     Ready (failed, a container crash-looping 3 times, an invalid image). A refused join does not
     heal by waiting, so it is never waited out.
+  - A pod whose join failed before this wait started (a Node added before its join token
+    existed fails for want of a token, then waits out the kubelet's back-off, up to 5 minutes)
+    is deleted once, so that the DaemonSet controller replaces it and it joins now; only a join
+    that fails during the wait counts as refused.
   - Fails at O(timeout) with the counts and each Node whose pod is not Ready and its state.
-  - Read-only.
+  - Changes nothing else (and nothing in check mode).
 options:
   timeout:
     description: Seconds to wait (default C(bcd_rollout_timeout), else 120 + 2 per desired pod).
@@ -59,17 +63,24 @@ failed_nodes:
   returned: always
   type: list
   elements: dict
+restarted:
+  description: The uids of the pods deleted because their join had failed before the wait.
+  returned: always
+  type: list
+  elements: str
 waited:
   description: Seconds waited.
   returned: always
   type: float
 """
 
+import datetime
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bcd_kube import (
     KubeError,
+    join_failed_at,
     join_failure,
     path,
     pod_ready,
@@ -90,13 +101,28 @@ def rolled_out(ds: dict) -> bool:
             and int(status.get("numberAvailable") or 0) >= want)
 
 
-def cannot_start(pods: dict[str, dict]) -> list[dict]:
-    """``[{node, pod, why}]`` for each pod whose join failed or that cannot turn Ready."""
+def cannot_start(pods: dict[str, dict], since: str) -> list[dict]:
+    """``[{node, pod, why}]`` for each pod whose join failed since ``since`` or that cannot turn
+    Ready (a join that failed before is stale: see :func:`stale`)."""
     out = []
     for node, pod in sorted(pods.items()):
-        why = join_failure(pod) or fatal(pod)
+        why = join_failure(pod, since=since)
+        if why is None and join_failure(pod) is None:
+            why = fatal(pod)
         if why:
-            out.append({"node": node, "pod": pod["metadata"]["name"], "why": why})
+            out.append({"node": node, "pod": pod["metadata"]["name"], "why": f"join refused: {why}" if "bcd join" in why else why})
+    return out
+
+
+def stale(pods: dict[str, dict], since: str) -> list[dict]:
+    """The pods whose join failed before ``since`` (before this wait, so before the token and
+    config it waits for were in place) and that do not run: restarted, they try again now
+    rather than after the kubelet's back-off (up to 5 minutes)."""
+    out = []
+    for pod in pods.values():
+        at = join_failed_at(pod)
+        if at is not None and at < since and (pod.get("status") or {}).get("phase") == "Pending":
+            out.append(pod)
     return out
 
 
@@ -121,10 +147,13 @@ def main() -> None:
     timeout = None
     ds: dict = {}
     pods: dict[str, dict] = {}
+    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    restarted: set[str] = set()
 
     def done(**kw):
         status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
-        module.exit_json(changed=False, status=status, waited=round(time.monotonic() - started, 1), **kw)
+        module.exit_json(changed=bool(restarted), status=status, waited=round(time.monotonic() - started, 1),
+                         restarted=sorted(restarted), **kw)
 
     try:
         while True:
@@ -145,7 +174,14 @@ def main() -> None:
                                                               "app.kubernetes.io/instance": inv.bcd_name})},
                                   keep=slim_pod)
                 pods = pods_by_node(listed, ds["metadata"].get("uid"))
-                bad = cannot_start(pods)
+                for pod in stale(pods, since):
+                    meta = pod["metadata"]
+                    if meta["uid"] in restarted or module.check_mode:
+                        continue
+                    restarted.add(meta["uid"])
+                    # the uid precondition never deletes a pod that replaced it meanwhile
+                    api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
+                bad = cannot_start(pods, since)
                 if bad:
                     lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
                     module.fail_json(

@@ -65,6 +65,9 @@ options:
     description: With O(refusals), seconds between lists of the bcd pods.
     type: float
     default: 5
+  since:
+    description: With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
+    type: str
 extends_documentation_fragment:
   - bcd
   - bcd.control_plane
@@ -206,10 +209,11 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
     return why
 
 
-def refusals(kube: Kube, inv, names: list[str], known: dict) -> dict[str, str]:
+def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None = None) -> dict[str, str]:
     """Node name -> why, for each of ``names`` whose join was refused: its bcd pod's ``join``
     init container exited non-zero (the termination message says why), or its bcd node carries
-    the condition ``JoinRefused`` in nodes.list. A refusal does not heal by waiting."""
+    the condition ``JoinRefused`` in nodes.list. A refusal does not heal by waiting. A pod's
+    failure that finished before ``since`` (RFC 3339) does not count: it may predate the token."""
     pods = kube.list(path("pods", namespace=inv.bcd_namespace),
                      {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})},
                      keep=slim_pod)
@@ -222,7 +226,7 @@ def refusals(kube: Kube, inv, names: list[str], known: dict) -> dict[str, str]:
             newest[node] = pod
     out = {}
     for name in names:
-        failed = join_failure(newest.get(name))
+        failed = join_failure(newest.get(name), since=since)
         cond = next((c for c in (known.get(name) or {}).get("conditions") or []
                      if c.get("type") == "JoinRefused" and str(c.get("status")) == "True"), None)
         if failed:
@@ -246,6 +250,7 @@ def main() -> None:
             "progress_every": {"type": "float", "default": 30},
             "refusals": {"type": "bool", "default": False},
             "refusals_every": {"type": "float", "default": 5},
+            "since": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -282,7 +287,7 @@ def main() -> None:
         if module.params["refusals"] and time.monotonic() >= pods_at:
             pods_at = time.monotonic() + module.params["refusals_every"]
             try:
-                refused = refusals(kube_api, inv, names, known)
+                refused = refusals(kube_api, inv, names, known, module.params["since"])
             except KubeError as exc:
                 module.fail_json(msg=f"listing the bcd pods: {exc}")
         elapsed = time.monotonic() - started

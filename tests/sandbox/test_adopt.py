@@ -151,3 +151,37 @@ def test_a_refused_join_fails_naming_the_node_and_cleans_up(sandbox, cp, cpvars,
     run = run_playbook("adopt-cluster.yml")
     assert run.returncode == 0, run.stdout[-3000:]
     assert reporting(cp, cpvars)[new]["state"] in ("adopting", "ready")
+
+
+def test_a_wrong_serving_ca_pin_fails_within_seconds_naming_the_refused_node(sandbox, cp, cpvars, admin):
+    """Another valid pin than the control plane's: the new pods' joins are refused
+    (ConfigMismatch), the pods stay in Init:CrashLoopBackOff, and the run fails at once naming
+    each refused node and the reason (never "n of n selected nodes report"); no token is left.
+    The next run with the right pins puts everything back."""
+    import base64
+
+    pins = {**cpvars["bcd_pins"], "serving_ca": "sha256/" + base64.b64encode(bytes(range(32))).decode()}
+    started = time.monotonic()
+    run = run_playbook("adopt-cluster.yml", "-e", json.dumps({"bcd_pins": pins}))
+    took = time.monotonic() - started
+    out = run.stdout + run.stderr
+    flat = " ".join(out.split())
+    assert run.returncode != 0, out[-3000:]
+    assert "Traceback" not in out
+    assert "ConfigMismatch" in flat and "pins.serving_ca" in flat and "not waiting out" in flat, out[-3000:]
+    refused = [n for n in gpu_nodes(sandbox) if f"{n}: pod " in flat]
+    assert refused, out[-3000:]
+    assert took < 150, f"the run took {took:.0f}s: the refused join was waited out"
+    assert all(t["revokedAt"] for t in tokens(cp, cpvars)), "tokens left: 0"
+    core = k8s.CoreV1Api(sandbox.api_client())
+    assert core.list_namespaced_secret("bcd-system", field_selector="metadata.name=bcd-join").items == []
+    pods = [p for p in core.list_namespaced_pod("bcd-system").items if p.spec.node_name == refused[0]
+            and not p.metadata.deletion_timestamp]
+    (join,) = [c for c in pods[0].status.init_container_statuses if c.name == "join"]
+    assert join.last_state.terminated.exit_code == 1 and "pins.serving_ca" in join.last_state.terminated.message
+
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    nodes = reporting(cp, cpvars)
+    assert all(nodes[n]["state"] in ("adopting", "ready") for n in gpu_nodes(sandbox)), nodes
+    assert all(t["revokedAt"] for t in tokens(cp, cpvars))

@@ -23,6 +23,7 @@ import yaml
 
 from sandbox.control_plane import service
 from sandbox.control_plane.admin import Admin
+from tests.helpers import run_module
 from tests.sandbox.test_control_plane import Emulator
 
 pytestmark = pytest.mark.sandbox
@@ -107,7 +108,7 @@ class Env:
                                                     "stringData": {secret.key: token}})
         self.core.create_namespaced_config_map(ns, objects[1])
         self.apps.create_namespaced_daemon_set(ns, objects[2])
-        return {"inv": inv, "configmap": objects[1], "daemonset": objects[2]}
+        return {"inv": inv, "configmap": objects[1], "daemonset": objects[2], "vars": variables}
 
     def pods(self, ns: str) -> list:
         return self.core.list_namespaced_pod(ns).items
@@ -116,6 +117,11 @@ class Env:
         """Node name -> pod name of the Running (not terminating) pods in ``ns``."""
         return {p.spec.node_name: p.metadata.name for p in self.pods(ns)
                 if p.status.phase == "Running" and not p.metadata.deletion_timestamp}
+
+    def current(self, ns: str) -> dict[str, str]:
+        """Node name -> pod name of the pods in ``ns`` that are not terminating, in any phase."""
+        return {p.spec.node_name: p.metadata.name for p in self.pods(ns)
+                if p.spec.node_name and not p.metadata.deletion_timestamp}
 
     def refusals(self, ns: str) -> dict[str, list]:
         """Pod name -> its BcdJoinRefused Events (message, count)."""
@@ -131,8 +137,8 @@ class Env:
         for name in gone:
             self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
         want = [node] if node else self.gpu
-        wait_for(f"new Running pods in {ns} on {want}",
-                 lambda: all(self.running(ns).get(n) not in (None, *gone) for n in want))
+        wait_for(f"new pods in {ns} on {want}",
+                 lambda: all(self.current(ns).get(n) not in (None, *gone) for n in want))
         return gone
 
     def remove(self, ns: str) -> None:
@@ -281,7 +287,7 @@ def test_refused_joins_leave_every_node_unjoined_with_a_reason(env, ns, case, re
         overrides["bcd_site_id"] = "site_elsewhere"
     elif case == "wrong-gateway":
         overrides["bcd_gateway_url"] = "https://gw.example.com:7443"
-    env.deploy(ns, token["token"] if token else None, **overrides)
+    deployed = env.deploy(ns, token["token"] if token else None, **overrides)
     refusals = wait_for(f"a {reason} Event on every pod, repeated",
                         lambda: (lambda r: r if len(r) == len(env.gpu) and any(
                             c >= 2 for evs in r.values() for _, c in evs) else None)(env.refusals(ns)), timeout=90)
@@ -298,6 +304,34 @@ def test_refused_joins_leave_every_node_unjoined_with_a_reason(env, ns, case, re
     if token and token["id"]:
         assert env.get_token(token["id"])["uses"] == 0
 
+    # As a kubelet shows a failed init container: never Ready, the join container exited 1 with
+    # the reason as its termination message, restarting with back-off (Init:CrashLoopBackOff).
+    for pod in env.pods(ns):
+        assert_refused_like_a_kubelet(pod, reason)
+
+    # The DaemonSet wait fails within seconds naming each node and the reason.
+    started = time.monotonic()
+    code, result = run_module("bcd_daemonset_wait", {"config": deployed["vars"], "kubeconfig": str(env.sb.kubeconfig)})
+    took = time.monotonic() - started
+    assert code != 0 and took < 15, (took, result)
+    assert sorted(f["node"] for f in result["failed_nodes"]) == sorted(env.gpu), result
+    for line in result["failed_nodes"]:
+        assert f"bcd join exited 1: {reason}: " in line["why"], line
+    for host in env.gpu:
+        assert f"{host}: pod " in result["msg"]
+
+
+def assert_refused_like_a_kubelet(pod, reason: str) -> None:
+    """``pod`` (a V1Pod) looks as a kubelet shows a pod whose join init container is refused."""
+    ready = {c.type: c.status for c in pod.status.conditions or []}
+    assert pod.status.phase == "Pending" and ready.get("Ready") == "False", (pod.metadata.name, pod.status.phase, ready)
+    (join,) = [c for c in pod.status.init_container_statuses if c.name == "join"]
+    assert join.state.waiting and join.state.waiting.reason == "CrashLoopBackOff", join.state
+    assert join.last_state.terminated.exit_code == 1 and join.last_state.terminated.message.startswith(reason + ": ")
+    assert not join.ready
+    assert all(not c.ready and c.state.waiting and c.state.waiting.reason == "PodInitializing"
+               for c in pod.status.container_statuses), pod.status.container_statuses
+
 
 def test_max_uses_one_short_leaves_one_node_unjoined(env, ns):
     n = len(env.gpu)
@@ -311,9 +345,11 @@ def test_max_uses_one_short_leaves_one_node_unjoined(env, ns):
     assert events[0][0].startswith("TokenExhausted: ")
     nodes = env.by_host()
     assert len(nodes) == n - 1 and all(x["state"] == "adopting" for x in nodes.values())
-    running = env.running(ns)
     unjoined = [h for h in env.gpu if h not in nodes]
-    assert running[unjoined[0]] == pod
+    assert env.current(ns)[unjoined[0]] == pod
+    assert set(env.running(ns)) == set(nodes)  # the spent token's nodes run; the refused one does not
+    (refused_pod,) = [p for p in env.pods(ns) if p.metadata.name == pod]
+    assert_refused_like_a_kubelet(refused_pod, "TokenExhausted")
     got = env.get_token(token["id"])
     assert got["uses"] == got["maxUses"] == n - 1
 
@@ -345,10 +381,13 @@ def test_refusal_of_a_known_node_shows_as_a_condition_and_offline(env, ns):
     assert c1 == {"type": "JoinRefused", "status": "True", "reason": "Refused", "message": "under maintenance"}
     assert c2["status"] == "True" and c2["reason"] == "ConfigMismatch" and "pins.join_encryption" in c2["message"]
     refusals = env.refusals(ns)
-    assert refusals[env.running(ns)[first]][0][0] == "Refused: under maintenance"
-    assert refusals[env.running(ns)[second]][0][0].startswith("ConfigMismatch: ")
-
-    # Their pods run and are Ready (KWOK), but bcd does not report: offline after the grace.
+    assert refusals[env.current(ns)[first]][0][0] == "Refused: under maintenance"
+    assert refusals[env.current(ns)[second]][0][0].startswith("ConfigMismatch: ")
+    # A node that joined before starts without a token, but not when its join is refused: the
+    # pods never turn Ready (Init:CrashLoopBackOff) and bcd does not report: offline after the grace.
+    pods = {p.spec.node_name: p for p in env.pods(ns) if not p.metadata.deletion_timestamp}
+    assert_refused_like_a_kubelet(pods[first], "Refused")
+    assert_refused_like_a_kubelet(pods[second], "ConfigMismatch")
     offline = wait_for("both refused nodes offline", lambda: (lambda b: b if b[first]["state"] == "offline"
                                                               and b[second]["state"] == "offline" else None)(
         env.by_host()), timeout=60)
