@@ -125,6 +125,38 @@ def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(s
     assert token_count(cp, cpvars) == tokens
 
 
+def test_adopt_and_add_nodes_never_roll_the_image_back_silently(sandbox, cp, cpvars):
+    """The fleet runs GOOD[0] (rolled out above); the inventory still names its own digest.
+    adopt-cluster.yml refuses, naming both and rollout.yml, before anything changes; add-nodes.yml
+    (which never changes the DaemonSet) says so and goes on."""
+    import yaml
+
+    from tests.helpers import ROOT
+
+    inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())["bcd_image"]
+    before = daemonset(sandbox)
+    tokens = token_count(cp, cpvars)
+    run = run_playbook("adopt-cluster.yml")
+    flat = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0, flat[-3000:]
+    assert f"runs {GOOD[0]}, but bcd_image in the inventory is {inventory}" in flat, flat[-3000:]
+    assert "rollout.yml" in flat and "Nothing was changed and no token minted" in flat
+    assert daemonset(sandbox)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert token_count(cp, cpvars) == tokens
+    assert_fleet_on(sandbox, cp, cpvars, GOOD[0])
+
+    added = run_playbook("add-nodes.yml")
+    flat = " ".join((added.stdout + added.stderr).split())
+    assert added.returncode == 0, flat[-3000:]
+    assert f"WARNING: DaemonSet bcd-system/bcd runs {GOOD[0]}, but bcd_image in the inventory is {inventory}" in flat
+    assert daemonset(sandbox)["metadata"]["generation"] == before["metadata"]["generation"]
+
+    # with the inventory at the running digest there is nothing to refuse
+    same = run_playbook("adopt-cluster.yml", "-e", f"bcd_image={GOOD[0]}")
+    assert same.returncode == 0, same.stdout[-3000:]
+    assert recap(same.stdout)["sandbox"]["changed"] == 0
+
+
 def test_without_rollback_a_failed_canary_stays_and_the_next_run_refuses_until_forced(sandbox, cp, cpvars, tmp_path):
     nodes = gpu_nodes(sandbox)
     report = tmp_path / "failed.json"
