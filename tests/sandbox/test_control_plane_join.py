@@ -427,3 +427,41 @@ def test_trust_follows_the_seed_pool_policy(env, ns):
         seed_file.write_text(original)
         service.restart(env.sb.dir)
         env.refresh()
+
+
+def _preflight(env) -> tuple[int, dict]:
+    variables = {k: v for k, v in env.cp.vars.items() if k != "bcd_api_key"}
+    variables.update(bcd_image=IMAGE, bcd_node_selector=GPU_SELECTOR)
+    return run_module("bcd_control_plane", {"config": variables, "api_key": env.cp.vars["bcd_api_key"]})
+
+
+def test_every_pin_that_can_be_checked_is_and_the_others_are_said_so(env):
+    code, result = _preflight(env)
+    assert code == 0, result
+    assert result["pins_checked"] == ["join_encryption", "join_signing", "serving_ca"]
+    assert not any("could not be checked" in line for line in result["warnings_text"])
+
+    # A control plane that publishes no joinSigningKey, and a gateway this controller cannot
+    # reach: one line each, and the preflight goes on.
+    seed_file = env.sb.dir / "control-plane" / "seed.yml"
+    original = seed_file.read_text()
+    seed = yaml.safe_load(original)
+    seed.update(publish_join_signing_key=False, gateway_name="gateway.invalid")
+    seed_file.write_text(yaml.safe_dump(seed))
+    try:
+        service.restart(env.sb.dir)
+        env.refresh()
+        assert env.cp.vars["bcd_gateway_url"].startswith("https://gateway.invalid:")
+        code, result = _preflight(env)
+        assert code == 0, result
+        assert result["pins_checked"] == ["join_encryption"]
+        lines = [line for line in result["warnings_text"] if "could not be checked" in line]
+        assert len(lines) == 2 and all("\n" not in line for line in lines), lines
+        assert lines[0].startswith("bcd_pins.join_signing could not be checked: the control plane's discovery "
+                                   "document publishes no joinSigningKey")
+        assert lines[1].startswith(f"bcd_pins.serving_ca could not be checked: the gateway {env.cp.vars['bcd_gateway_url']} "
+                                   "is not reachable from here")
+    finally:
+        seed_file.write_text(original)
+        service.restart(env.sb.dir)
+        env.refresh()
