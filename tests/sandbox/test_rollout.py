@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 REPO = "registry.example.com/better-compute/bcd"
 GOOD = [f"{REPO}:0.2.0@sha256:{'b2' * 32}", f"{REPO}:0.3.0@sha256:{'c3' * 32}", f"{REPO}:0.4.0@sha256:{'d4' * 32}"]
 DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"
+# pods turn Ready, then crash 10 s later (sandbox/kwok/kwok.yaml, pod-ready-then-crash)
+CRASH = f"{REPO}:0.8.0@sha256:fa11{'0e' * 30}"
 LEASE = "bcd-ansible-lock"
 
 
@@ -155,6 +157,25 @@ def test_adopt_and_add_nodes_never_roll_the_image_back_silently(sandbox, cp, cpv
     same = run_playbook("adopt-cluster.yml", "-e", f"bcd_image={GOOD[0]}")
     assert same.returncode == 0, same.stdout[-3000:]
     assert recap(same.stdout)["sandbox"]["changed"] == 0
+
+
+def test_a_pod_that_turns_ready_then_crashes_fails_the_canary_soak_and_is_rolled_back(sandbox, cp, cpvars, tmp_path):
+    """A digest whose pods turn Ready and crash 10 s later: the canary's gate passes at once
+    without a soak; with one (here 15 s, default 30 s) it sees the crash, fails and rolls back."""
+    nodes = gpu_nodes(sandbox)
+    report = tmp_path / "soak.json"
+    run = rollout("-e", f"bcd_image={CRASH}", "-e", "bcd_rollout_soak=15", report=report)
+    assert run.returncode != 0, run.stdout[-4000:]
+    summary = json.loads(report.read_text())
+    canary = nodes[0]
+    assert summary["result"] == "rolled_back", summary
+    assert [f["node"] for f in summary["failed_nodes"]] == [canary]
+    assert "soak" in summary["failed_nodes"][0]["why"] and "not Ready" in summary["failed_nodes"][0]["why"], summary
+    assert [s["outcome"] for s in summary["stages"]][:1] == ["failed"]
+    assert all(s["outcome"] == "not started" for s in summary["stages"][1:])
+    assert_fleet_on(sandbox, cp, cpvars, GOOD[0])
+    ds = daemonset(sandbox)
+    assert ds["spec"]["minReadySeconds"] == 5, "the render's soak (the sandbox inventory's) is the DaemonSet's"
 
 
 def test_without_rollback_a_failed_canary_stays_and_the_next_run_refuses_until_forced(sandbox, cp, cpvars, tmp_path):
