@@ -25,8 +25,8 @@ description:
     and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
     rolled Node has a Ready pod on the new revision and image, and its bcd node still reports
     (not offline, no failing condition it did not have at the start) - and then stays so for
-    C(bcd_rollout_soak) seconds (default 30; the DaemonSet's C(minReadySeconds) is the same), checked
-    in full every max(2 O(interval), 1) seconds: a pod that turns Ready and then fails, or a node
+    C(bcd_rollout_soak) seconds (default 30, the same as the DaemonSet's C(minReadySeconds)), checked
+    in full every max(2 O(interval), 1) seconds, so that a pod that turns Ready and then fails, or a node
     that stops reporting, fails the gate. A pod that cannot turn
     Ready (failed, crash-looping 3 times, an invalid image, its C(bcd join) init container exited
     non-zero) fails the gate at once. Between
