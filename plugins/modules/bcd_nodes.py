@@ -112,7 +112,9 @@ nodes:
       description: Whether it reports (adopting, ready or draining).
       type: bool
     why:
-      description: With diagnose, why it does not report.
+      description: With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused).
+    conditions:
+      description: The bcd node's conditions in nodes.list.
       type: str
 selected:
   description: How many Nodes the selector selects.
@@ -307,6 +309,16 @@ def main() -> None:
             "conditions": n.get("conditions") or [],
         })
     missing = [o["name"] for o in out if not o["reporting"]]
+    if module.params["diagnose"]:
+        # a node that still reports, though the join of its current pod was refused: it goes
+        # offline soon; the report says so rather than show it as fine
+        try:
+            late = refusals(kube_api, inv, [o["name"] for o in out if o["reporting"]], known)
+        except KubeError:
+            late = {}
+        for o in out:
+            if o["name"] in late:
+                o["why"] = f"reports for now, but {late[o['name']]}"
     if module.params["diagnose"] and missing:
         try:
             why = diagnose(kube_api, inv, missing, known, k8s_nodes)
