@@ -83,7 +83,7 @@ def test_adopt_joins_every_gpu_node_and_leaves_no_token_or_secret(sandbox, cp, c
     assert f"{n} of {n} selected nodes report" in out
 
     # the token: minted once, for the nodes to join, spent by them, revoked; the Secret is gone
-    mine = [t for t in tokens(cp, cpvars) if t.get("description", "").startswith("bcd-ansible cluster=sandbox ")]
+    mine = [t for t in tokens(cp, cpvars) if (t.get("description") or "").startswith("bcd-ansible cluster=sandbox ")]
     assert mine and all(t["revokedAt"] for t in mine)
     core = k8s.CoreV1Api(sandbox.api_client())
     assert core.list_namespaced_secret("bcd-system", field_selector="metadata.name=bcd-join").items == []
