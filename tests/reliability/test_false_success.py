@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.reliability.harness import INVENTORY_IMAGE, World, daemonset_image
+from tests.reliability.harness import EXTRA_NODE_LABEL, INVENTORY_IMAGE, World, daemonset_image
 
 pytestmark = pytest.mark.sandbox
 
@@ -110,3 +110,28 @@ def test_a_pod_that_crashes_after_turning_ready_fails_the_canary_soak(ready_any_
     reliability.result = (f"the canary's gate failed on {summary['failed_nodes'][0]['node']} "
                           f"({summary['failed_nodes'][0]['why']}); rolled back to the previous image")
     reliability.figures.update({"time to the failure s": canary.get("seconds"), "tokens left": tokens_left(world)})
+
+
+def test_a_spent_token_fails_within_seconds(ready, runner, reliability):
+    """Two new Nodes and a token for one (bcd_token_max_uses=1): the second's join is refused
+    (TokenExhausted) and add-nodes.yml fails at once naming it; the token is revoked."""
+    from sandbox import cluster
+
+    world = ready
+    reliability.describe("False success", "two new Nodes, a token for one (add-nodes.yml, bcd_token_max_uses=1)")
+    new = cluster.add_nodes(world.sandbox.dir, 2)
+    for name in new:
+        world.core.patch_node(name, {"metadata": {"labels": {EXTRA_NODE_LABEL: "true"}}})
+    run = runner.run("add-nodes.yml", "-e", "bcd_token_max_uses=1")
+    assert run.returncode != 0, run.tail()
+    assert "TokenExhausted" in run.text and "not waiting out" in run.text, run.tail()
+    refused = [n for n in new if f"{n}: pod " in run.text]
+    assert len(refused) == 1, run.tail()
+    waited = run.task_seconds(WAIT_TASK)
+    assert tokens_left(world) == 0 and not world.secret_exists()
+    back = runner.run("add-nodes.yml")
+    assert back.returncode == 0, back.tail()
+    reliability.result = (f"failed after {waited:.0f}s of the DaemonSet wait, naming {refused[0]}: "
+                          "'bcd join exited 1: TokenExhausted'; the token revoked; the next run joined it")
+    reliability.figures.update({"time to the failure s": round(waited, 1), "run s": round(run.seconds, 1),
+                                "tokens left": tokens_left(world)})
