@@ -119,9 +119,13 @@ def test_a_spent_token_fails_within_seconds(ready, runner, reliability):
 
     world = ready
     reliability.describe("False success", "two new Nodes, a token for one (add-nodes.yml, bcd_token_max_uses=1)")
-    new = cluster.add_nodes(world.sandbox.dir, 2)
+    # two KWOK GPU Nodes outside the sandbox's own count, deleted when the package ends
+    new = ["gpu-node-extra-1", "gpu-node-extra-2"]
     for name in new:
-        world.core.patch_node(name, {"metadata": {"labels": {EXTRA_NODE_LABEL: "true"}}})
+        body = cluster.node_body(name, True, "v1.36.3")
+        body["metadata"]["labels"][EXTRA_NODE_LABEL] = "true"
+        world.core.create_node(body)
+    cluster.wait_nodes_ready(world.sandbox.dir, new)
     run = runner.run("add-nodes.yml", "-e", "bcd_token_max_uses=1")
     assert run.returncode != 0, run.tail()
     assert "TokenExhausted" in run.text and "not waiting out" in run.text, run.tail()
