@@ -36,8 +36,8 @@ options:
     type: float
     default: 3
 extends_documentation_fragment:
-  - bcd
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -49,8 +49,8 @@ author:
 
 EXAMPLES = r"""
 - name: Wait for the DaemonSet's rollout
-  bcd_daemonset_wait:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_daemonset_wait:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
 """
 
 RETURN = r"""
@@ -78,7 +78,7 @@ import datetime
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_kube import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     join_failed_at,
     join_failure,
@@ -88,8 +88,17 @@ from ansible.module_utils.bcd_kube import (
     selector,
     slim_pod,
 )
-from ansible.module_utils.bcd_module import CONFIG_OPTION, KUBE_OPTIONS, inventory, kube
-from ansible.module_utils.bcd_rollout import fatal, generation_seen, pods_by_node
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    inventory,
+    kube,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
+    fatal,
+    generation_seen,
+    pods_by_node,
+)
 
 COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
 

@@ -45,7 +45,7 @@ options:
         nothing changes).
     type: path
 extends_documentation_fragment:
-  - bcd
+  - bcd.kubernetes.bcd
 attributes:
   check_mode:
     support: full
@@ -58,14 +58,14 @@ author:
 
 EXAMPLES = r"""
 - name: Render the manifests
-  bcd_manifests:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_manifests:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     template: "{{ playbook_dir }}/../templates/config.toml.j2"
   register: render
 
 - name: Render them to a file for GitOps
-  bcd_manifests:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_manifests:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     template: "{{ playbook_dir }}/../templates/config.toml.j2"
     dest: /srv/gitops/bcd.json
 """
@@ -107,14 +107,19 @@ dest:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     CONFIG_OPTION,
     inventory,
     label_selector,
     refuse_existing,
     write_new_file,
 )
-from ansible.module_utils.bcd_render import CONFIG_HASH_ANNOTATION, as_list, dumps, render
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import (
+    CONFIG_HASH_ANNOTATION,
+    as_list,
+    dumps,
+    render,
+)
 
 
 def main() -> None:

@@ -69,9 +69,9 @@ options:
     description: With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
     type: str
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -83,8 +83,8 @@ author:
 
 EXAMPLES = r"""
 - name: Wait for every selected Node to report
-  bcd_nodes:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_nodes:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     wait: true
 """
@@ -140,8 +140,11 @@ polls:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    NODE_STATES_REPORTING,
+    ControlPlaneError,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     Kube,
     KubeError,
     join_failure,
@@ -153,7 +156,7 @@ from ansible.module_utils.bcd_kube import (
     slim_node,
     slim_pod,
 )
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.bcd_cp import Client
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
 
 from tests.helpers import run_playbook
 
