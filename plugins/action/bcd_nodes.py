@@ -11,6 +11,7 @@ runs the module once.
 
 from __future__ import annotations
 
+import datetime
 import time
 
 from ansible import constants as C
@@ -43,6 +44,7 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "")
         to_stderr = C.DEFAULT_STDOUT_CALLBACK in MACHINE_READABLE_CALLBACKS
         started = time.monotonic()
+        since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         deadline = None
         last = None
         polls = 0
@@ -51,7 +53,8 @@ class ActionModule(ActionBase):
             # each run polls up to 60 s; the first one caps that at the limit itself (it reads
             # bcd_join_timeout and counts the Nodes), and its answer gives the limit for later runs
             slice_s = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic() - interval))
-            res = self._poll({**args, "timeout": timeout}, task_vars, diagnose=False, poll_for=slice_s, interval=interval)
+            res = self._poll({**args, "timeout": timeout, "refusals": True, "since": since}, task_vars, diagnose=False, poll_for=slice_s,
+                             interval=interval)
             polls += res.get("polls", 1)
             if res.get("failed"):
                 return res
@@ -60,6 +63,14 @@ class ActionModule(ActionBase):
             if deadline is None:
                 limit = int(timeout or res.get("join_timeout") or (300 + 2 * want))
                 deadline = started + limit
+            if res.get("refused"):
+                # a refused join does not heal by waiting: fail now, naming each refused node
+                lines = [f"{name}: {why}" for name, why in sorted(res["refused"].items())]
+                res.update(failed=True, changed=False, polls=polls, cp_requests=cp_requests,
+                           waited=round(time.monotonic() - started, 1),
+                           msg=f"{len(lines)} of {want} selected nodes were refused by the control plane (not waiting "
+                               f"out the {limit}s timeout):\n" + "\n".join(lines))
+                return res
             if have != last:
                 display.display(f"{host}: {have} of {want} nodes report to the control plane", stderr=to_stderr)
                 last = have

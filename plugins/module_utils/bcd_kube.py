@@ -205,3 +205,52 @@ def pod_state(pod: dict, container: str = "bcd") -> str:
         elif st.get("running") and not cs.get("ready") and cs.get("name") == container:
             parts.append(f"{cs.get('name')} running, not ready")
     return "; ".join(parts)
+
+
+JOIN_CONTAINER = "join"
+
+
+def join_failure(pod: dict | None, container: str = JOIN_CONTAINER, since: str | None = None) -> str | None:
+    """Why the pod's ``bcd join`` init container failed, or None when it has not failed.
+
+    A kubelet shows a failed init container as ``state.terminated`` with a non-zero exit code,
+    then, while it restarts with back-off, ``state.waiting`` (``CrashLoopBackOff``) with the
+    failed run in ``lastState.terminated``; ``message`` is what bcd wrote to the termination
+    log (the refusal's reason). An init container that completed (exit 0) has not failed,
+    whatever its earlier runs did. ``since`` (RFC 3339, UTC): a failure that finished before
+    it does not count (see :func:`join_failed_at`).
+    """
+    for cs in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
+        if cs.get("name") != container:
+            continue
+        state = cs.get("state") or {}
+        done = state.get("terminated") or {}
+        if done and not done.get("exitCode"):
+            return None
+        for term in (done, (cs.get("lastState") or {}).get("terminated") or {}):
+            if term and term.get("exitCode"):
+                if since and (term.get("finishedAt") or "") < since:
+                    return None
+                text = (term.get("message") or "").strip() or term.get("reason") or "no message"
+                waiting = (state.get("waiting") or {}).get("reason")
+                tail = f" ({waiting}, {cs.get('restartCount') or 0} restart(s))" if waiting else ""
+                return f"bcd join exited {term['exitCode']}: {text}{tail}"
+    return None
+
+
+def join_failed_at(pod: dict | None, container: str = JOIN_CONTAINER) -> str | None:
+    """When (RFC 3339) the pod's failed ``bcd join`` last finished, or None when it has not failed.
+
+    A pod on a Node added before its join token existed fails (no token) and then waits out the
+    kubelet's back-off (up to 5 minutes) before it tries again: such a failure is stale once a
+    token exists, and the pod is restarted rather than waited for.
+    """
+    if join_failure(pod, container) is None:
+        return None
+    for cs in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
+        if cs.get("name") == container:
+            state = cs.get("state") or {}
+            term = state.get("terminated") if (state.get("terminated") or {}).get("exitCode") else None
+            term = term or (cs.get("lastState") or {}).get("terminated") or {}
+            return term.get("finishedAt") or ""
+    return None

@@ -450,6 +450,9 @@ class Inventory(BaseModel):
     # Start even though nodes are unhealthy or the previous rollout is incomplete (to recover).
     bcd_rollout_force: bool = False
     bcd_rollout_gate_timeout: Duration = 300
+    # How long each stage's nodes must stay healthy before the next stage (also the DaemonSet's
+    # minReadySeconds, so the controller counts a pod available only after it too).
+    bcd_rollout_soak: Duration = 30
     bcd_lock_ttl: Duration = 1800
 
     # release-cluster.yml: refused unless bcd_release_confirm is the cluster's name.
@@ -597,6 +600,14 @@ class Inventory(BaseModel):
         seconds = parse_duration(v, "bcd_token_ttl")
         if not 60 <= seconds <= 86400:
             raise ValueError(f"{_show(v)} is outside 1 minute to 24 hours")
+        return seconds
+
+    @field_validator("bcd_rollout_soak", mode="before")
+    @classmethod
+    def _soak(cls, v: Any) -> int:
+        seconds = parse_duration(v, "bcd_rollout_soak")
+        if not 0 <= seconds <= 3600:
+            raise ValueError(f"{_show(v)} is outside 0 seconds to 1 hour")
         return seconds
 
     @field_validator("bcd_join_timeout", "bcd_rollout_timeout", "bcd_rollout_gate_timeout", "bcd_lock_ttl",

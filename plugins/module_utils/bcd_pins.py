@@ -122,3 +122,71 @@ def pin_of_pem(pem: bytes) -> str:
     else:
         key = serialization.load_pem_public_key(pem)
     return pin_of_spki(key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+class Unreachable(OSError):
+    """The gateway could not be reached (or spoke no TLS) from here."""
+
+
+def _presented_chain(host: str, port: int, server_name: str, timeout: float) -> list[bytes]:
+    """The DER certificates the TLS server at host:port presents (leaf first), unverified."""
+    import socket
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                ctx.wrap_socket(raw, server_hostname=server_name) as tls:
+            # public from Python 3.13; the same method of the underlying object before
+            chain = tls.get_unverified_chain() if hasattr(tls, "get_unverified_chain") else tls._sslobj.get_unverified_chain()
+            ders = [c.public_bytes(ssl._ssl.ENCODING_DER) for c in chain or []]
+            return ders or [tls.getpeercert(binary_form=True)]
+    except (OSError, ssl.SSLError) as exc:
+        raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+
+
+def check_serving_ca(url: str, server_name: str | None, pinned: str, timeout: float = 5.0) -> None:
+    """Check that the TLS server at ``url`` (an https URL; SNI ``server_name``, else the URL's
+    host) holds a certificate issued under a CA whose public key has the pin ``pinned``.
+
+    Two connections: the first reads the chain the server presents and finds the certificate
+    with that SPKI pin (none: PinError naming what was presented); the second verifies the
+    server's certificate and name against that certificate alone as trust anchor, so that a
+    server presenting the CA's (public) certificate without a certificate it issued fails too.
+    Raises :class:`Unreachable` when the server cannot be reached, PinError on a mismatch.
+    """
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    name = server_name or host
+    chain = _presented_chain(host, port, name, timeout)
+    presented = []
+    anchor = None
+    for der in chain:
+        cert = x509.load_der_x509_certificate(der)
+        spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        pin = pin_of_spki(spki)
+        presented.append(f"{cert.subject.rfc4514_string() or '(no subject)'} {pin}")
+        if pin == pinned and anchor is None:
+            anchor = der
+    if anchor is None:
+        raise PinError(f"the gateway {host}:{port} presented no certificate with this pin; it presented: "
+                       + "; ".join(presented))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cadata=anchor)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, ctx.wrap_socket(raw, server_hostname=name):
+            pass
+    except ssl.SSLCertVerificationError as exc:
+        raise PinError(f"the gateway {host}:{port} (server name {name}) has no certificate that verifies against the "
+                       f"pinned CA: {exc.verify_message or exc}") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise Unreachable(f"{type(exc).__name__}: {exc}") from None

@@ -262,6 +262,8 @@ def daemonset(inv: Inventory, config_toml: str) -> dict:
         },
         "spec": {
             "selector": {"matchLabels": _labels(inv)},
+            # a pod counts as available only once Ready this long: the rollout's soak
+            "minReadySeconds": inv.bcd_rollout_soak,
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
             "template": {
                 "metadata": {

@@ -20,7 +20,7 @@ import copy
 import json
 import math
 
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import pod_state
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import join_failure, pod_state
 
 REVISION_LABEL = "controller-revision-hash"
 BCD_CONTAINER = "bcd"
@@ -196,10 +196,14 @@ def pod_revision(pod: dict | None) -> str | None:
 
 def fatal(pod: dict) -> str | None:
     """Why waiting for ``pod`` to turn Ready is pointless, or None: a failed pod, a container
-    waiting for a reason that does not heal, or crash-looping (restarted 3 times or more)."""
+    waiting for a reason that does not heal, crash-looping (restarted 3 times or more), or its
+    ``bcd join`` init container exited non-zero (the control plane refused the node)."""
     status = pod.get("status") or {}
     if status.get("phase") == "Failed":
         return f"pod {pod['metadata']['name']} failed ({status.get('reason') or pod_state(pod)})"
+    refused = join_failure(pod)
+    if refused:
+        return f"pod {pod['metadata']['name']}: {refused}"
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")

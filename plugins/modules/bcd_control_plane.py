@@ -17,12 +17,24 @@ description:
     has a private part or whose pin is not C(bcd_pins.join_encryption), and a gateway URL or site
     that is not the inventory's (seed 000, Render the manifests and the join token; the pins come
     only from the operator, never from the network).
+  - Checks every pin that can be checked from here, before any token exists -
+    C(bcd_pins.join_signing) against the discovery document's optional C(joinSigningKey) (absent,
+    it says it could not be checked); C(bcd_pins.serving_ca) by opening a TLS connection to
+    C(bcd_gateway_url) (server name C(bcd_gateway_server_name), else the URL's host) and finding
+    a certificate with that SPKI pin in the chain the gateway presents, then verifying the
+    gateway's certificate against that one alone. A mismatch is refused, naming the pin and what
+    the gateway presented; a gateway this controller cannot reach is one line of warning (nodes
+    may reach networks the controller cannot), and the run goes on.
   - Reads the pool (C(pools.get)) and forecasts the trust the nodes will land with (seed 000,
     Trust); C(tenant-controlled) nodes add no capacity, which it returns as a warning.
   - Lists the nodes of the pool (C(nodes.list), every page) and returns those that report.
   - Changes nothing. Retryable failures (429, 502, 503, 504, connection errors) are retried
     with backoff and jitter, honouring Retry-After, within C(bcd_control_plane_timeout).
 options:
+  gateway_timeout:
+    description: Seconds to wait for the gateway's TLS handshake (the C(serving_ca) check).
+    type: float
+    default: 5
   nodes:
     description:
       - Kubernetes Node names whose bcd nodes to look up (hostname = Node name). Omit to
@@ -81,7 +93,12 @@ trust:
   returned: success
   type: str
 warnings_text:
-  description: Warnings for the operator (tenant-controlled nodes add no capacity), also returned as Ansible warnings.
+  description: Warnings for the operator (tenant-controlled nodes add no capacity; a pin that could not be checked), also returned as Ansible warnings.
+  returned: success
+  type: list
+  elements: str
+pins_checked:
+  description: The pins checked against what the control plane and the gateway present (C(join_encryption), C(join_signing), C(serving_ca)).
   returned: success
   type: list
   elements: str
@@ -107,12 +124,19 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     control_plane,
     inventory,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import PinError, load_jwk, pin_of_jwk
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import (
+    PinError,
+    Unreachable,
+    check_serving_ca,
+    load_jwk,
+    pin_of_jwk,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, "nodes": {"type": "list", "elements": "str"}},
+        argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, "nodes": {"type": "list", "elements": "str"},
+                       "gateway_timeout": {"type": "float", "default": 5}},
         supports_check_mode=True,
     )
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
@@ -135,6 +159,30 @@ def main() -> None:
         problems.append(f"bcd_gateway_url: the control plane's gateway is {gateway['url']}, not {inv.bcd_gateway_url}")
     if disc.get("site") and disc["site"] != inv.bcd_site_id:
         problems.append(f"bcd_site_id: the control plane's site is {disc['site']}, not {inv.bcd_site_id}")
+    checked, unchecked = ["join_encryption"], []
+    signing = disc.get("joinSigningKey")
+    if signing is None:
+        unchecked.append("bcd_pins.join_signing could not be checked: the control plane's discovery document "
+                         "publishes no joinSigningKey")
+    else:
+        try:
+            signing_pin = pin_of_jwk(signing)
+        except PinError as exc:
+            module.fail_json(msg=f"preflight: the control plane's join signing key {exc}; refusing it before any "
+                                 "token is minted")
+        if signing_pin != inv.bcd_pins.join_signing:
+            problems.append(f"bcd_pins.join_signing: the control plane's join signing key has pin {signing_pin}, not "
+                            f"the pinned {inv.bcd_pins.join_signing}; refusing it before any token is minted")
+        checked.append("join_signing")
+    try:
+        check_serving_ca(inv.bcd_gateway_url, inv.bcd_gateway_server_name, inv.bcd_pins.serving_ca,
+                         timeout=module.params["gateway_timeout"])
+        checked.append("serving_ca")
+    except PinError as exc:
+        problems.append(f"bcd_pins.serving_ca: {inv.bcd_pins.serving_ca}: {exc}; refusing it before any token is minted")
+    except Unreachable as exc:
+        unchecked.append(f"bcd_pins.serving_ca could not be checked: the gateway {inv.bcd_gateway_url} is not reachable "
+                         f"from here ({exc}); nodes may reach networks this controller cannot, so going on")
     if problems:
         module.fail_json(msg="\n".join(problems), errors=problems)
     try:
@@ -156,14 +204,15 @@ def main() -> None:
             "(placement excludes them; seed: Trust). Set the pool's policy.kubernetes.platformOperated to true only if "
             "the platform itself operates this cluster."
         )
-    for warning in warnings:
+    for warning in warnings + unchecked:
         module.warn(warning)  # a real Ansible warning: [WARNING] on the console, counted by AWX
     module.exit_json(
         changed=False,
         discovery={"gateway_url": gateway.get("url"), "gateway_name": gateway.get("name"), "site": disc.get("site"), "join_key_pin": pin},
         pool=pool,
         trust=trust,
-        warnings_text=warnings,
+        warnings_text=warnings + unchecked,
+        pins_checked=checked,
         known=known,
         reporting={n: v for n, v in known.items() if v.get("state") in NODE_STATES_REPORTING},
         cp_requests=cp.requests,

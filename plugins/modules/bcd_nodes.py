@@ -21,7 +21,8 @@ description:
     C(nodes.list)).
   - With O(wait) (through the action plugin of the same name) polls until every selected Node
     reports or O(timeout) passes, printing progress (n of N) as nodes arrive, then fails naming
-    each Node that did not report and why.
+    each Node that did not report and why. A refused join (see O(refusals)) fails the wait
+    within seconds, naming each refused Node and the reason, instead of waiting out the timeout.
   - Read-only.
 options:
   diagnose:
@@ -53,6 +54,21 @@ options:
     description: Internal to the O(wait) action plugin; see O(poll_for). Seconds.
     type: float
     default: 30
+  refusals:
+    description:
+      - Also look for refused joins (every O(refusals_every) seconds while polling) and return
+        them in RV(refused) - a selected Node whose bcd pod's C(join) init container exited
+        non-zero, or whose bcd node does not report and carries the condition C(JoinRefused).
+        A refusal ends the polling at once (the O(wait) action plugin then fails naming each).
+    type: bool
+    default: false
+  refusals_every:
+    description: With O(refusals), seconds between lists of the bcd pods.
+    type: float
+    default: 5
+  since:
+    description: With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
+    type: str
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
@@ -101,7 +117,9 @@ nodes:
       description: Whether it reports (adopting, ready or draining).
       type: bool
     why:
-      description: With diagnose, why it does not report.
+      description: With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused).
+    conditions:
+      description: The bcd node's conditions in nodes.list.
       type: str
 selected:
   description: How many Nodes the selector selects.
@@ -116,6 +134,10 @@ missing:
   returned: success
   type: list
   elements: str
+refused:
+  description: With O(refusals), Node name -> why its join was refused.
+  returned: success
+  type: dict
 polls:
   description: How many times this run listed the pool's nodes (1 unless O(poll_for) is set).
   returned: success
@@ -132,6 +154,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     Kube,
     KubeError,
+    join_failure,
     node_ready,
     path,
     pod_ready,
@@ -170,8 +193,16 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
         refused = [c for c in (cp_node.get("conditions") or []) if str(c.get("status")) == "True" and c.get("type") not in ("Ready",)]
         pod = by_node.get(name)
         node = nodes.get(name)
+        failed_join = join_failure(pod)
         if cp_node.get("state") == "offline":
-            reason = "its bcd node is offline (the pod does not report)"
+            # say why when anything says why: the join's exit, the refusal, the latest Warning
+            said = (failed_join or (f"join refused: {refused[-1].get('reason')}: {refused[-1].get('message')}" if refused else None)
+                    or (events[pod["metadata"]["name"]][1] if pod is not None and pod["metadata"]["name"] in events else None)
+                    or next((f"{c.get('reason')}: {c.get('message')}" for c in cp_node.get("conditions") or []
+                             if c.get("type") == "Reporting"), None))
+            reason = "its bcd node is offline (the pod does not report)" + (f": {said}" if said else "")
+        elif failed_join:
+            reason = f"join refused: {failed_join}"
         elif refused:
             c = refused[-1]
             reason = f"join refused: {c.get('reason')}: {c.get('message')}"
@@ -190,6 +221,33 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
     return why
 
 
+def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None = None) -> dict[str, str]:
+    """Node name -> why, for each of ``names`` whose join was refused: its bcd pod's ``join``
+    init container exited non-zero (the termination message says why), or its bcd node carries
+    the condition ``JoinRefused`` in nodes.list. A refusal does not heal by waiting. A pod's
+    failure that finished before ``since`` (RFC 3339) does not count: it may predate the token."""
+    pods = kube.list(path("pods", namespace=inv.bcd_namespace),
+                     {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})},
+                     keep=slim_pod)
+    newest: dict[str, dict] = {}
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if not node or pod["metadata"].get("deletionTimestamp"):
+            continue
+        if node not in newest or pod["metadata"].get("creationTimestamp", "") > newest[node]["metadata"].get("creationTimestamp", ""):
+            newest[node] = pod
+    out = {}
+    for name in names:
+        failed = join_failure(newest.get(name), since=since)
+        cond = next((c for c in (known.get(name) or {}).get("conditions") or []
+                     if c.get("type") == "JoinRefused" and str(c.get("status")) == "True"), None)
+        if failed:
+            out[name] = f"join refused: {failed}"
+        elif cond and (known.get(name) or {}).get("state") not in NODE_STATES_REPORTING:
+            out[name] = f"join refused: {cond.get('reason')}: {cond.get('message')}"
+    return out
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -202,6 +260,9 @@ def main() -> None:
             "interval": {"type": "float", "default": 2},
             "poll_for": {"type": "float", "default": 0},
             "progress_every": {"type": "float", "default": 30},
+            "refusals": {"type": "bool", "default": False},
+            "refusals_every": {"type": "float", "default": 5},
+            "since": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -222,6 +283,8 @@ def main() -> None:
     interval = max(module.params["interval"], 0.1)
     limit = module.params["timeout"] or inv.bcd_join_timeout or (300 + 2 * len(names))
     poll_for = min(module.params["poll_for"], limit - interval)
+    refused: dict[str, str] = {}
+    pods_at = 0.0
     while True:
         known = {}
         try:
@@ -233,8 +296,14 @@ def main() -> None:
         polls += 1
         have = sum(1 for name in names if (known.get(name) or {}).get("state") in NODE_STATES_REPORTING)
         first = have if first is None else first
+        if module.params["refusals"] and time.monotonic() >= pods_at:
+            pods_at = time.monotonic() + module.params["refusals_every"]
+            try:
+                refused = refusals(kube_api, inv, names, known, module.params["since"])
+            except KubeError as exc:
+                module.fail_json(msg=f"listing the bcd pods: {exc}")
         elapsed = time.monotonic() - started
-        if (have == len(names) or elapsed + interval > poll_for
+        if (have == len(names) or refused or elapsed + interval > poll_for
                 or (have != first and elapsed >= module.params["progress_every"])):
             break
         time.sleep(interval)
@@ -250,6 +319,16 @@ def main() -> None:
             "conditions": n.get("conditions") or [],
         })
     missing = [o["name"] for o in out if not o["reporting"]]
+    if module.params["diagnose"]:
+        # a node that still reports, though the join of its current pod was refused: it goes
+        # offline soon; the report says so rather than show it as fine
+        try:
+            late = refusals(kube_api, inv, [o["name"] for o in out if o["reporting"]], known)
+        except KubeError:
+            late = {}
+        for o in out:
+            if o["name"] in late:
+                o["why"] = f"reports for now, but {late[o['name']]}"
     if module.params["diagnose"] and missing:
         try:
             why = diagnose(kube_api, inv, missing, known, k8s_nodes)
@@ -258,7 +337,11 @@ def main() -> None:
         for o in out:
             if o["name"] in why:
                 o["why"] = why[o["name"]]
+    for o in out:
+        if o["name"] in refused:
+            o["why"] = refused[o["name"]]
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
+                     refused=refused,
                      join_timeout=inv.bcd_join_timeout, polls=polls, cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 

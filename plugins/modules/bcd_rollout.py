@@ -27,8 +27,12 @@ description:
     C(bcd_rollout_max_unavailable), a count or a percentage of the selected Nodes rounded up)
     and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
     rolled Node has a Ready pod on the new revision and image, and its bcd node still reports
-    (not offline, no failing condition it did not have at the start). A pod that cannot turn
-    Ready (failed, crash-looping 3 times, an invalid image) fails the gate at once. Between
+    (not offline, no failing condition it did not have at the start) - and then stays so for
+    C(bcd_rollout_soak) seconds (default 30, the same as the DaemonSet's C(minReadySeconds)), checked
+    in full every max(2 O(interval), 1) seconds, so that a pod that turns Ready and then fails, or a node
+    that stops reporting, fails the gate. A pod that cannot turn
+    Ready (failed, crash-looping 3 times, an invalid image, its C(bcd join) init container exited
+    non-zero) fails the gate at once. Between
     these checks (which list the pods and the pool's nodes) it reads only the DaemonSet, and
     checks again when its controller counts every pod Ready and the stage's pods updated, or
     after max(2 O(interval), 1) seconds, or four times as long as the last successful check
@@ -512,9 +516,11 @@ class Rollout:
         which may have taken its whole timeout) does not lengthen the spacing."""
         started = time.monotonic()
         deadline = started + self.inv.bcd_rollout_gate_timeout
+        soak = self.inv.bcd_rollout_soak
         quick = min(0.25, self.interval)
         full_every = max(2 * self.interval, 1.0)
         last_full, last_version, spacing = started, None, full_every
+        healthy_since = None  # when every node of the stage was first seen healthy
         while True:
             self.renew()
             try:
@@ -522,18 +528,31 @@ class Rollout:
             except KubeError:
                 ok, version = False, None  # the full checks, on their schedule, say what is wrong
             now = time.monotonic()
-            final = now >= deadline
-            if final or (ok and version != last_version) or now - last_full >= spacing:
+            final = now >= (deadline if healthy_since is None else healthy_since + soak)
+            # while soaking, a full check every full_every: a pod that turns Ready and then
+            # fails, or a node that stops reporting, must be seen before the stage passes
+            due = full_every if healthy_since is not None else spacing
+            if final or (ok and version != last_version and healthy_since is None) or now - last_full >= due:
                 last_version = version
                 problems, is_fatal, listed = self.check(ds, nodes, revision, image, baseline, timings)
                 last_full = time.monotonic()
                 took = last_full - now if listed else 0.0
                 spacing = max(full_every, min(CHECK_SPACING * took, CHECK_SPACING_MAX))
-                if is_fatal or not problems:
+                if problems and healthy_since is not None and listed:
+                    into = last_full - healthy_since
+                    return {n: f"{why} ({into:.0f}s into the {soak}s soak, after it was healthy)"
+                            for n, why in problems.items()}
+                if is_fatal:
                     return problems
-                if final:
+                if not problems:
+                    if healthy_since is None:
+                        healthy_since = last_full
+                    if last_full - healthy_since >= soak:
+                        return problems
+                elif final:
                     return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
-            time.sleep(max(0.0, min(quick, deadline - time.monotonic())))
+            until = deadline if healthy_since is None else healthy_since + soak
+            time.sleep(max(0.0, min(quick, until - time.monotonic())))
             quick = min(quick * 1.5, 1.0, self.interval)
 
     def run(self) -> None:

@@ -167,8 +167,11 @@ class Api:
         self.gateway_url = gateway_url
 
     def discovery(self) -> dict:
-        return {"gateway": {"url": self.gateway_url, "name": self.seed.gateway_name}, "site": self.seed.site_id,
-                "joinKey": self.pki.join_key()}
+        doc = {"gateway": {"url": self.gateway_url, "name": self.seed.gateway_name}, "site": self.seed.site_id,
+               "joinKey": self.pki.join_key()}
+        if self.seed.publish_join_signing_key:
+            doc["joinSigningKey"] = self.pki.join_signing_key()
+        return doc
 
     def authorized(self, header: str | None) -> bool:
         if not header:

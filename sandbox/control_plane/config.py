@@ -44,6 +44,7 @@ class Seed:
     gateway_name: str = "localhost"
     offline_grace_seconds: float = 20.0
     join_retry_seconds: float = 2.0
+    publish_join_signing_key: bool = True
 
     def pool_document(self) -> dict:
         """pools.get's answer for the seed's pool."""
@@ -77,7 +78,8 @@ def load_seed(path: Path) -> Seed:
         raise SeedError(f"{path}: cannot read it as YAML: {exc}") from None
     if not isinstance(doc, dict):
         raise SeedError(f"{path}: must be a mapping")
-    known = {"root_tenant", "tenant", "site", "pool", "gateway_name", "offline_grace_seconds", "join_retry_seconds"}
+    known = {"root_tenant", "tenant", "site", "pool", "gateway_name", "offline_grace_seconds", "join_retry_seconds",
+             "publish_join_signing_key"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise SeedError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -113,6 +115,9 @@ def load_seed(path: Path) -> Seed:
     if not isinstance(gateway_name, str) or not re.match(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$", gateway_name):
         raise SeedError(f"{path}: gateway_name: must be a DNS name")
     tenant = ident(doc.get("tenant"), "tenant")
+    publish = doc.get("publish_join_signing_key", True)
+    if not isinstance(publish, bool):
+        raise SeedError(f"{path}: publish_join_signing_key: must be true or false")
     return Seed(
         root_tenant=ident(doc.get("root_tenant"), "root_tenant", optional=True),
         tenant=tenant,
@@ -124,6 +129,7 @@ def load_seed(path: Path) -> Seed:
         gateway_name=gateway_name,
         offline_grace_seconds=seconds("offline_grace_seconds", 20.0),
         join_retry_seconds=seconds("join_retry_seconds", 2.0),
+        publish_join_signing_key=publish,
     )
 
 

@@ -5,8 +5,15 @@ KWOK runs no container, so nothing would ever call the control plane; this threa
 does"; seed 000, Apply / Revoke the token / Trust), reading what the pod really mounts:
 
 * A **bcd pod** is a pod owned by a DaemonSet with an init container whose command line is
-  ``<...>/bcd join ...``. It is tried once KWOK reports it ``Running`` on a node, and a refused
-  pod is tried again every ``join_retry_seconds`` (a real init container retries too).
+  ``<...>/bcd join ...``. KWOK's stage ``pod-bcd-join-init`` (sandbox/kwok/kwok.yaml) holds it
+  ``Pending`` with that container running; the simulator then plays the container as a kubelet
+  shows it: admitted, the container exits 0 (``Completed``) and KWOK runs the pod and turns it
+  Ready; refused, the container exits 1 with the reason as its termination message
+  (``lastState.terminated``), waits ``CrashLoopBackOff`` (kubectl: ``Init:CrashLoopBackOff``)
+  and is tried again after a back-off that doubles from ``join_retry_seconds`` up to 16 times
+  that (a kubelet: 10 s up to 5 min); the pod is never Ready. A pod that runs already (the
+  emulator restarted, or the control plane forgot its node) is tried again every
+  ``join_retry_seconds``, without touching its status.
 * ``--config``: the file is looked up through the init container's volumeMounts and the pod's
   volumes (a ConfigMap volume, with or without ``items``); the ConfigMap is read from the pod's
   namespace. Its ``site``, ``gateway.url``, ``pins.*``, ``join.hosted`` and (when set)
@@ -109,6 +116,14 @@ def join_container(pod: dict) -> dict | None:
     return None
 
 
+def init_status(pod: dict, name: str | None) -> dict | None:
+    """The status of init container ``name`` of ``pod``, or None."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") == name:
+            return status
+    return None
+
+
 def _ready(pod: dict) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Running" and any(
@@ -168,6 +183,8 @@ class JoinSimulator:
         self.outcomes: dict[str, Outcome] = {}
         self.events: dict[tuple[str, str], int] = {}
         self.last_ready: dict[str, float] = {}
+        # uid -> (failed runs of its join container, monotonic time of the next run)
+        self.backoff: dict[str, tuple[int, float]] = {}
         self.started = time.monotonic()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -254,13 +271,31 @@ class JoinSimulator:
                 del self.outcomes[uid]
             for key in [k for k in self.events if k[0] not in pods]:
                 del self.events[key]
+            for uid in [u for u in self.backoff if u not in pods]:
+                del self.backoff[uid]
         self._cache = {}
         for uid, pod in pods.items():
             container = join_container(pod)
             if container is None:
                 continue
             spec, status = pod.get("spec") or {}, pod.get("status") or {}
-            if not spec.get("nodeName") or status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            if not spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+                continue
+            init = init_status(pod, container.get("name"))
+            if status.get("phase") == "Pending" and init is not None:
+                state = init.get("state") or {}
+                waiting = (state.get("waiting") or {}).get("reason")
+                with self.lock:
+                    last = self.outcomes.get(uid)
+                    _failures, due = self.backoff.get(uid, (0, 0.0))
+                # (the pod in the cache may predate our own status update: the outcome and the
+                # back-off are the truth)
+                if (last and last.ok) or now < due:
+                    continue
+                if state.get("running") or waiting == "CrashLoopBackOff":
+                    self.attempt(uid, pod, container, now, init=init)
+                continue
+            if status.get("phase") != "Running":
                 continue
             with self.lock:
                 last = self.outcomes.get(uid)
@@ -271,7 +306,9 @@ class JoinSimulator:
 
     # -- one join --------------------------------------------------------------------------------
 
-    def attempt(self, uid: str, pod: dict, container: dict, now: float) -> Outcome:
+    def attempt(self, uid: str, pod: dict, container: dict, now: float, init: dict | None = None) -> Outcome:
+        """Join the pod's node; with ``init`` (the join container's status while the pod
+        initializes) also record the container's exit in the pod's status."""
         meta, node_name = pod["metadata"], pod["spec"]["nodeName"]
         try:
             node, rejoined = self._join(pod, container, node_name)
@@ -304,7 +341,50 @@ class JoinSimulator:
         outcome.wall = time.time()
         with self.lock:
             self.outcomes[uid] = outcome
+        if init is not None and outcome.reason != "Error":
+            self._exit(uid, pod, container, init, outcome, now)
         return outcome
+
+    def _exit(self, uid: str, pod: dict, container: dict, init: dict, outcome: Outcome, now: float) -> None:
+        """Record in the pod's status how its join container exited, as a kubelet does: exit 0
+        (KWOK then runs the pod), or exit 1 with the reason as termination message, restarting
+        with back-off (``CrashLoopBackOff``)."""
+        from kubernetes.client.rest import ApiException
+
+        meta, name = pod["metadata"], container.get("name", "join")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        started = ((init.get("state") or {}).get("running") or {}).get("startedAt") or stamp
+        with self.lock:
+            failures, _due = self.backoff.get(uid, (int(init.get("restartCount") or 0)
+                                                    + (1 if (init.get("state") or {}).get("waiting") else 0), 0.0))
+        mine = {"name": name, "image": container.get("image") or init.get("image") or "", "imageID": "",
+                **({"lastState": init["lastState"]} if init.get("lastState") else {})}
+        if outcome.ok:
+            mine.update(ready=True, started=False, restartCount=max(failures, int(init.get("restartCount") or 0)),
+                        state={"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started,
+                                              "finishedAt": stamp}})
+        else:
+            failures += 1
+            delay = min(self.seed.join_retry_seconds * 2 ** (failures - 1), self.seed.join_retry_seconds * 16)
+            with self.lock:
+                self.backoff[uid] = (failures, now + delay)
+            mine.update(
+                ready=False, started=False, restartCount=failures - 1,
+                state={"waiting": {"reason": "CrashLoopBackOff",
+                                   "message": f"back-off {delay:g}s restarting failed container={name} "
+                                              f"pod={meta['name']}_{meta['namespace']}({meta['uid']})"}},
+                lastState={"terminated": {"exitCode": 1, "reason": "Error", "message": f"{outcome.reason}: {outcome.message}",
+                                          "startedAt": started, "finishedAt": stamp}},
+            )
+        statuses = [mine if s.get("name") == name else s for s in (pod.get("status") or {}).get("initContainerStatuses") or []]
+        body = {"status": {"initContainerStatuses": statuses}}
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], body,
+                                                  _content_type="application/strategic-merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("recording the join container's exit on pod %s/%s failed: %s %s", meta["namespace"],
+                            meta["name"], exc.status, exc.reason)
 
     def _join(self, pod: dict, container: dict, node_name: str) -> tuple[dict, bool]:
         """(node, joined before?) or raise Refusal."""

@@ -6,11 +6,14 @@ identity (and the tokens minted under the token secret stay valid):
 * ``ca.pem`` / ``ca.key``: the serving CA (EC P-256, self-signed, basicConstraints CA:TRUE
   pathlen 0, keyUsage keyCertSign + cRLSign + digitalSignature, SKI and AKI). It signs the
   emulator's server certificate and is also the gateway's serving CA: the sandbox's gateway URL
-  points at the emulator itself, nothing connects to it, but its pin is real.
+  points at the emulator's own TLS listener, so the pin can be checked against what it presents.
 * ``server.pem`` / ``server.key``: the server certificate (SANs ``localhost`` and ``127.0.0.1``,
   EKU serverAuth, keyUsage digitalSignature, SKI and AKI), so Python's strict verification passes.
+  ``server-chain.pem`` (written at each start) is it followed by ``ca.pem``: the listener presents
+  both, as a gateway presents its chain, so the serving CA's pin can be checked against it.
 * ``join-signing.key``, ``join-encryption.key``: the JoinService signing and encryption keys
-  (EC P-256). Discovery's ``joinKey`` is the public encryption key as a JWK.
+  (EC P-256). Discovery's ``joinKey`` is the public encryption key as a JWK, and its
+  ``joinSigningKey`` the public signing key (unless the seed's ``publish_join_signing_key`` is false).
 * ``token-secret``: 32 random bytes; a join token is ``bcdjt_<id>.<HMAC-SHA256(secret, id)>``,
   so no token is stored and a replayed ``joinTokens.create`` gives the same token back.
 * ``api-key``: the tenant's API key (``bcdk_`` + 43 url-safe characters); ``admin-token``: the
@@ -169,6 +172,15 @@ class Pki:
             "join_encryption": pin(self.encryption_key.public_key()),
         }
 
+    @property
+    def server_chain_file(self) -> Path:
+        """The server certificate followed by the serving CA's: the chain the listener presents."""
+        return self.directory / "server-chain.pem"
+
+    def join_signing_key(self) -> dict:
+        """Discovery's ``joinSigningKey``: the public signing key as a JWK, ``use`` "sig"."""
+        return public_jwk(self.signing_key.public_key(), "sig")
+
     def join_key(self) -> dict:
         """Discovery's ``joinKey``: the public encryption key as a JWK, ``use`` "enc"."""
         return public_jwk(self.encryption_key.public_key(), "enc")
@@ -211,6 +223,8 @@ def ensure(directory: Path) -> Pki:
     server_path = directory / "server.pem"
     if not server_path.exists():
         write_secret_file(server_path, _server(server_key, ca_cert, ca_key).public_bytes(serialization.Encoding.PEM))
+
+    write_secret_file(directory / "server-chain.pem", server_path.read_bytes() + ca_path.read_bytes())
 
     def random_file(name: str, make) -> bytes:
         path = directory / name

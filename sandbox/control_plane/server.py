@@ -138,7 +138,7 @@ def serve(sdir: Path, kubeconfig: Path | None = None, port: int | None = None, a
 
     main = _Server(uvicorn.Config(
         Edge(build_app(api), fault_state), http=protocol_class(fault_state), lifespan="off", log_config=None,
-        access_log=False, ssl_certfile=str(pki.server_cert_file), ssl_keyfile=str(pki.server_key_file),
+        access_log=False, ssl_certfile=str(pki.server_chain_file), ssl_keyfile=str(pki.server_key_file),
         timeout_graceful_shutdown=2, timeout_keep_alive=5))
     admin = _Server(uvicorn.Config(admin_app, http="h11", lifespan="off", log_config=None, access_log=False,
                                    timeout_graceful_shutdown=2))

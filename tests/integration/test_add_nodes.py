@@ -68,3 +68,32 @@ def test_two_new_nodes_join_with_a_token_for_exactly_two_then_it_is_revoked(sand
     assert f"{n} of {n} selected nodes report" in out
     leaked = find_in_text(out, [cpvars["bcd_api_key"]])
     assert not leaked, "the API key leaked"
+
+
+def test_a_spent_token_fails_within_seconds_naming_the_refused_node(sandbox, cp, cpvars):
+    """Two new Nodes and a token for one: one joins, the other's join is refused (TokenExhausted).
+    The run fails at once naming that Node and the reason, and the token is revoked, the Secret
+    deleted; the next run joins it."""
+    before = tokens(cp, cpvars)
+    new = sandbox.add_nodes(2)
+    run = run_playbook("add-nodes.yml", "-e", "bcd_token_max_uses=1")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    assert "Traceback" not in out
+    states = reporting(cp, cpvars)
+    joined = [n for n in new if states.get(n) in ("adopting", "ready")]
+    refused = [n for n in new if n not in joined]
+    assert len(joined) == 1 and len(refused) == 1, states
+    flat = " ".join(out.split())
+    assert f"{refused[0]}: pod " in flat and "TokenExhausted" in flat, out[-3000:]
+    assert "not waiting out" in flat
+    minted = {k: v for k, v in tokens(cp, cpvars).items() if k not in before}
+    (token,) = minted.values()
+    assert token["uses"] == token["maxUses"] == 1 and token["revokedAt"], token
+    assert all(t["revokedAt"] for t in tokens(cp, cpvars).values()), "tokens left: 0"
+    gone = sandbox.kubectl("get", "secret", "-n", "bcd-system", "bcd-join", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr, "the join Secret is deleted"
+
+    again = run_playbook("add-nodes.yml")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert reporting(cp, cpvars).get(refused[0]) in ("adopting", "ready")

@@ -83,7 +83,7 @@ def test_adopt_joins_every_gpu_node_and_leaves_no_token_or_secret(sandbox, cp, c
     assert f"{n} of {n} selected nodes report" in out
 
     # the token: minted once, for the nodes to join, spent by them, revoked; the Secret is gone
-    mine = [t for t in tokens(cp, cpvars) if t.get("description", "").startswith("bcd-ansible cluster=sandbox ")]
+    mine = [t for t in tokens(cp, cpvars) if (t.get("description") or "").startswith("bcd-ansible cluster=sandbox ")]
     assert mine and all(t["revokedAt"] for t in mine)
     core = k8s.CoreV1Api(sandbox.api_client())
     assert core.list_namespaced_secret("bcd-system", field_selector="metadata.name=bcd-join").items == []
@@ -151,3 +151,30 @@ def test_a_refused_join_fails_naming_the_node_and_cleans_up(sandbox, cp, cpvars,
     run = run_playbook("adopt-cluster.yml")
     assert run.returncode == 0, run.stdout[-3000:]
     assert reporting(cp, cpvars)[new]["state"] in ("adopting", "ready")
+
+
+@pytest.mark.parametrize("pin", ["serving_ca", "join_signing"])
+def test_a_wrong_pin_is_refused_before_anything_is_applied(sandbox, cp, cpvars, pin):
+    """Another valid pin than the control plane's (the run that once applied the ConfigMap and
+    DaemonSet and reported every node while the control plane refused every join): refused in
+    preflight, naming the pin and what the gateway or discovery presented; nothing applied, no token."""
+    import base64
+
+    apps, core = k8s.AppsV1Api(sandbox.api_client()), k8s.CoreV1Api(sandbox.api_client())
+    ds_before = apps.read_namespaced_daemon_set("bcd", "bcd-system").metadata.resource_version
+    cm_before = core.read_namespaced_config_map("bcd-config", "bcd-system").metadata.resource_version
+    before = len(tokens(cp, cpvars))
+    wrong = "sha256/" + base64.b64encode(bytes(range(32))).decode()
+    run = run_playbook("adopt-cluster.yml", "-e", json.dumps({"bcd_pins": {**cpvars["bcd_pins"], pin: wrong}}))
+    out = run.stdout + run.stderr
+    flat = " ".join(out.split())
+    assert run.returncode != 0, out[-3000:]
+    assert "Traceback" not in out
+    assert f"bcd_pins.{pin}" in flat and wrong in flat and "refusing it before any token is minted" in flat, out[-3000:]
+    if pin == "serving_ca":  # what the gateway presented: its certificate and the serving CA, with their pins
+        assert cpvars["bcd_pins"]["serving_ca"] in flat and "presented" in flat
+    else:
+        assert cpvars["bcd_pins"]["join_signing"] in flat
+    assert apps.read_namespaced_daemon_set("bcd", "bcd-system").metadata.resource_version == ds_before
+    assert core.read_namespaced_config_map("bcd-config", "bcd-system").metadata.resource_version == cm_before
+    assert len(tokens(cp, cpvars)) == before, "no token minted"

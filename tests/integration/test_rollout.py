@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 REPO = "registry.example.com/better-compute/bcd"
 GOOD = [f"{REPO}:0.2.0@sha256:{'b2' * 32}", f"{REPO}:0.3.0@sha256:{'c3' * 32}", f"{REPO}:0.4.0@sha256:{'d4' * 32}"]
 DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"
+# pods turn Ready, then crash 10 s later (sandbox/kwok/kwok.yaml, pod-ready-then-crash)
+CRASH = f"{REPO}:0.8.0@sha256:fa11{'0e' * 30}"
 LEASE = "bcd-ansible-lock"
 
 
@@ -123,6 +125,58 @@ def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(s
     assert recap(again.stdout)["sandbox"]["changed"] == 0
     assert "and healthy: nothing to do" in " ".join(again.stdout.split())
     assert token_count(cp, cpvars) == tokens
+
+
+def test_adopt_and_add_nodes_never_roll_the_image_back_silently(sandbox, cp, cpvars):
+    """The fleet runs GOOD[0] (rolled out above); the inventory still names its own digest.
+    adopt-cluster.yml refuses, naming both and rollout.yml, before anything changes; add-nodes.yml
+    (which never changes the DaemonSet) says so and goes on."""
+    import yaml
+
+    from tests.helpers import ROOT
+
+    inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())["bcd_image"]
+    before = daemonset(sandbox)
+    tokens = token_count(cp, cpvars)
+    run = run_playbook("adopt-cluster.yml")
+    flat = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0, flat[-3000:]
+    assert f"runs {GOOD[0]}, but bcd_image in the inventory is {inventory}" in flat, flat[-3000:]
+    assert "rollout.yml" in flat and "Nothing was changed and no token minted" in flat
+    assert daemonset(sandbox)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert token_count(cp, cpvars) == tokens
+    assert_fleet_on(sandbox, cp, cpvars, GOOD[0])
+
+    added = run_playbook("add-nodes.yml")
+    flat = " ".join((added.stdout + added.stderr).split())
+    assert added.returncode == 0, flat[-3000:]
+    assert "[WARNING]" in flat  # an Ansible warning, as AWX counts them
+    assert f"DaemonSet bcd-system/bcd runs {GOOD[0]}, but bcd_image in the inventory is {inventory}" in flat
+    assert daemonset(sandbox)["metadata"]["generation"] == before["metadata"]["generation"]
+
+    # with the inventory at the running digest there is nothing to refuse
+    same = run_playbook("adopt-cluster.yml", "-e", f"bcd_image={GOOD[0]}")
+    assert same.returncode == 0, same.stdout[-3000:]
+    assert recap(same.stdout)["sandbox"]["changed"] == 0
+
+
+def test_a_pod_that_turns_ready_then_crashes_fails_the_canary_soak_and_is_rolled_back(sandbox, cp, cpvars, tmp_path):
+    """A digest whose pods turn Ready and crash 10 s later: the canary's gate passes at once
+    without a soak; with one (here 15 s, default 30 s) it sees the crash, fails and rolls back."""
+    nodes = gpu_nodes(sandbox)
+    report = tmp_path / "soak.json"
+    run = rollout("-e", f"bcd_image={CRASH}", "-e", "bcd_rollout_soak=15", report=report)
+    assert run.returncode != 0, run.stdout[-4000:]
+    summary = json.loads(report.read_text())
+    canary = nodes[0]
+    assert summary["result"] == "rolled_back", summary
+    assert [f["node"] for f in summary["failed_nodes"]] == [canary]
+    assert "soak" in summary["failed_nodes"][0]["why"] and "not Ready" in summary["failed_nodes"][0]["why"], summary
+    assert [s["outcome"] for s in summary["stages"]][:1] == ["failed"]
+    assert all(s["outcome"] == "not started" for s in summary["stages"][1:])
+    assert_fleet_on(sandbox, cp, cpvars, GOOD[0])
+    ds = daemonset(sandbox)
+    assert ds["spec"]["minReadySeconds"] == 5, "the render's soak (the sandbox inventory's) is the DaemonSet's"
 
 
 def test_without_rollback_a_failed_canary_stays_and_the_next_run_refuses_until_forced(sandbox, cp, cpvars, tmp_path):

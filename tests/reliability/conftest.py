@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.harness import EXTRA_NODE_LABEL, Runner, World, apiserver_up, baseline_ok
+from tests.reliability.harness import (
+    EXTRA_NODE_LABEL,
+    INVENTORY_IMAGE,
+    Runner,
+    World,
+    apiserver_up,
+    baseline_ok,
+    daemonset_image,
+)
 
 
 @pytest.fixture(scope="package")
@@ -41,6 +49,11 @@ def _ready(sandbox, world, image: bool):
     world.admin.clear_faults()
     ok, why = baseline_ok(world, image=image)
     if not ok:
+        if daemonset_image(world) not in (None, INVENTORY_IMAGE):
+            # adopt-cluster.yml refuses to change the image of a running DaemonSet (only
+            # rollout.yml does): start over from an unadopted cluster
+            world.sandbox.unadopt(world.cp, world.vars["bcd_tenant"], world.vars["bcd_pool"], namespace=world.namespace,
+                                  admin=world.admin)
         run = Runner().run("adopt-cluster.yml")
         assert run.returncode == 0, f"setting up the scenario ({why}): adopt-cluster.yml failed:\n{run.tail()}"
         ok, why = baseline_ok(world, image=image)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
 
 from tests.helpers import run_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +26,20 @@ def cp(cpvars):
 
 
 @pytest.fixture(scope="module")
-def adopted(sandbox):
+def adopted(sandbox, cp, cpvars):
     """An adopted cluster on the inventory's digest, every node reporting, no fault set
-    (``pytest.mark.usefixtures("adopted")``)."""
+    (``pytest.mark.usefixtures("adopted")``). A cluster an earlier test rolled to another image
+    is unadopted first: adopt-cluster.yml refuses to change the image of a running DaemonSet."""
+    from kubernetes import client
+
     from sandbox.control_plane.admin import Admin
 
     Admin.for_sandbox(sandbox.dir).clear_faults()
+    inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
+    with sandbox.api_client() as api:
+        found = client.AppsV1Api(api).list_namespaced_daemon_set("bcd-system", field_selector="metadata.name=bcd").items
+    if found and any(c.image != inventory["bcd_image"] for c in found[0].spec.template.spec.containers):
+        sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
     run = run_playbook("adopt-cluster.yml")
     assert run.returncode == 0, run.stdout[-3000:]
 

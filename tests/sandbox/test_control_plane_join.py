@@ -23,6 +23,7 @@ import yaml
 
 from sandbox.control_plane import service
 from sandbox.control_plane.admin import Admin
+from tests.helpers import run_module
 from tests.sandbox.test_control_plane import Emulator
 
 pytestmark = pytest.mark.sandbox
@@ -106,7 +107,7 @@ class Env:
                                                     "stringData": {secret.key: token}})
         self.core.create_namespaced_config_map(ns, objects[1])
         self.apps.create_namespaced_daemon_set(ns, objects[2])
-        return {"inv": inv, "configmap": objects[1], "daemonset": objects[2]}
+        return {"inv": inv, "configmap": objects[1], "daemonset": objects[2], "vars": variables}
 
     def pods(self, ns: str) -> list:
         return self.core.list_namespaced_pod(ns).items
@@ -115,6 +116,11 @@ class Env:
         """Node name -> pod name of the Running (not terminating) pods in ``ns``."""
         return {p.spec.node_name: p.metadata.name for p in self.pods(ns)
                 if p.status.phase == "Running" and not p.metadata.deletion_timestamp}
+
+    def current(self, ns: str) -> dict[str, str]:
+        """Node name -> pod name of the pods in ``ns`` that are not terminating, in any phase."""
+        return {p.spec.node_name: p.metadata.name for p in self.pods(ns)
+                if p.spec.node_name and not p.metadata.deletion_timestamp}
 
     def refusals(self, ns: str) -> dict[str, list]:
         """Pod name -> its BcdJoinRefused Events (message, count)."""
@@ -130,8 +136,8 @@ class Env:
         for name in gone:
             self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
         want = [node] if node else self.gpu
-        wait_for(f"new Running pods in {ns} on {want}",
-                 lambda: all(self.running(ns).get(n) not in (None, *gone) for n in want))
+        wait_for(f"new pods in {ns} on {want}",
+                 lambda: all(self.current(ns).get(n) not in (None, *gone) for n in want))
         return gone
 
     def remove(self, ns: str) -> None:
@@ -280,7 +286,7 @@ def test_refused_joins_leave_every_node_unjoined_with_a_reason(env, ns, case, re
         overrides["bcd_site_id"] = "site_elsewhere"
     elif case == "wrong-gateway":
         overrides["bcd_gateway_url"] = "https://gw.example.com:7443"
-    env.deploy(ns, token["token"] if token else None, **overrides)
+    deployed = env.deploy(ns, token["token"] if token else None, **overrides)
     refusals = wait_for(f"a {reason} Event on every pod, repeated",
                         lambda: (lambda r: r if len(r) == len(env.gpu) and any(
                             c >= 2 for evs in r.values() for _, c in evs) else None)(env.refusals(ns)), timeout=90)
@@ -297,6 +303,34 @@ def test_refused_joins_leave_every_node_unjoined_with_a_reason(env, ns, case, re
     if token and token["id"]:
         assert env.get_token(token["id"])["uses"] == 0
 
+    # As a kubelet shows a failed init container: never Ready, the join container exited 1 with
+    # the reason as its termination message, restarting with back-off (Init:CrashLoopBackOff).
+    for pod in env.pods(ns):
+        assert_refused_like_a_kubelet(pod, reason)
+
+    # The DaemonSet wait fails within seconds naming each node and the reason.
+    started = time.monotonic()
+    code, result = run_module("bcd_daemonset_wait", {"config": deployed["vars"], "kubeconfig": str(env.sb.kubeconfig)})
+    took = time.monotonic() - started
+    assert code != 0 and took < 15, (took, result)
+    assert sorted(f["node"] for f in result["failed_nodes"]) == sorted(env.gpu), result
+    for line in result["failed_nodes"]:
+        assert f"bcd join exited 1: {reason}: " in line["why"], line
+    for host in env.gpu:
+        assert f"{host}: pod " in result["msg"]
+
+
+def assert_refused_like_a_kubelet(pod, reason: str) -> None:
+    """``pod`` (a V1Pod) looks as a kubelet shows a pod whose join init container is refused."""
+    ready = {c.type: c.status for c in pod.status.conditions or []}
+    assert pod.status.phase == "Pending" and ready.get("Ready") == "False", (pod.metadata.name, pod.status.phase, ready)
+    (join,) = [c for c in pod.status.init_container_statuses if c.name == "join"]
+    assert join.state.waiting and join.state.waiting.reason == "CrashLoopBackOff", join.state
+    assert join.last_state.terminated.exit_code == 1 and join.last_state.terminated.message.startswith(reason + ": ")
+    assert not join.ready
+    assert all(not c.ready and c.state.waiting and c.state.waiting.reason == "PodInitializing"
+               for c in pod.status.container_statuses), pod.status.container_statuses
+
 
 def test_max_uses_one_short_leaves_one_node_unjoined(env, ns):
     n = len(env.gpu)
@@ -310,9 +344,11 @@ def test_max_uses_one_short_leaves_one_node_unjoined(env, ns):
     assert events[0][0].startswith("TokenExhausted: ")
     nodes = env.by_host()
     assert len(nodes) == n - 1 and all(x["state"] == "adopting" for x in nodes.values())
-    running = env.running(ns)
     unjoined = [h for h in env.gpu if h not in nodes]
-    assert running[unjoined[0]] == pod
+    assert env.current(ns)[unjoined[0]] == pod
+    assert set(env.running(ns)) == set(nodes)  # the spent token's nodes run; the refused one does not
+    (refused_pod,) = [p for p in env.pods(ns) if p.metadata.name == pod]
+    assert_refused_like_a_kubelet(refused_pod, "TokenExhausted")
     got = env.get_token(token["id"])
     assert got["uses"] == got["maxUses"] == n - 1
 
@@ -344,10 +380,13 @@ def test_refusal_of_a_known_node_shows_as_a_condition_and_offline(env, ns):
     assert c1 == {"type": "JoinRefused", "status": "True", "reason": "Refused", "message": "under maintenance"}
     assert c2["status"] == "True" and c2["reason"] == "ConfigMismatch" and "pins.join_encryption" in c2["message"]
     refusals = env.refusals(ns)
-    assert refusals[env.running(ns)[first]][0][0] == "Refused: under maintenance"
-    assert refusals[env.running(ns)[second]][0][0].startswith("ConfigMismatch: ")
-
-    # Their pods run and are Ready (KWOK), but bcd does not report: offline after the grace.
+    assert refusals[env.current(ns)[first]][0][0] == "Refused: under maintenance"
+    assert refusals[env.current(ns)[second]][0][0].startswith("ConfigMismatch: ")
+    # A node that joined before starts without a token, but not when its join is refused: the
+    # pods never turn Ready (Init:CrashLoopBackOff) and bcd does not report: offline after the grace.
+    pods = {p.spec.node_name: p for p in env.pods(ns) if not p.metadata.deletion_timestamp}
+    assert_refused_like_a_kubelet(pods[first], "Refused")
+    assert_refused_like_a_kubelet(pods[second], "ConfigMismatch")
     offline = wait_for("both refused nodes offline", lambda: (lambda b: b if b[first]["state"] == "offline"
                                                               and b[second]["state"] == "offline" else None)(
         env.by_host()), timeout=60)
@@ -383,6 +422,44 @@ def test_trust_follows_the_seed_pool_policy(env, ns):
         nodes = wait_for("every GPU node adopting", lambda: (lambda b: b if len(b) == len(env.gpu) else None)(
             env.by_host()))
         assert {x["trust"] for x in nodes.values()} == {"platform"}
+    finally:
+        seed_file.write_text(original)
+        service.restart(env.sb.dir)
+        env.refresh()
+
+
+def _preflight(env) -> tuple[int, dict]:
+    variables = {k: v for k, v in env.cp.vars.items() if k != "bcd_api_key"}
+    variables.update(bcd_image=IMAGE, bcd_node_selector=GPU_SELECTOR)
+    return run_module("bcd_control_plane", {"config": variables, "api_key": env.cp.vars["bcd_api_key"]})
+
+
+def test_every_pin_that_can_be_checked_is_and_the_others_are_said_so(env):
+    code, result = _preflight(env)
+    assert code == 0, result
+    assert result["pins_checked"] == ["join_encryption", "join_signing", "serving_ca"]
+    assert not any("could not be checked" in line for line in result["warnings_text"])
+
+    # A control plane that publishes no joinSigningKey, and a gateway this controller cannot
+    # reach: one line each, and the preflight goes on.
+    seed_file = env.sb.dir / "control-plane" / "seed.yml"
+    original = seed_file.read_text()
+    seed = yaml.safe_load(original)
+    seed.update(publish_join_signing_key=False, gateway_name="gateway.invalid")
+    seed_file.write_text(yaml.safe_dump(seed))
+    try:
+        service.restart(env.sb.dir)
+        env.refresh()
+        assert env.cp.vars["bcd_gateway_url"].startswith("https://gateway.invalid:")
+        code, result = _preflight(env)
+        assert code == 0, result
+        assert result["pins_checked"] == ["join_encryption"]
+        lines = [line for line in result["warnings_text"] if "could not be checked" in line]
+        assert len(lines) == 2 and all("\n" not in line for line in lines), lines
+        assert lines[0].startswith("bcd_pins.join_signing could not be checked: the control plane's discovery "
+                                   "document publishes no joinSigningKey")
+        assert lines[1].startswith(f"bcd_pins.serving_ca could not be checked: the gateway {env.cp.vars['bcd_gateway_url']} "
+                                   "is not reachable from here")
     finally:
         seed_file.write_text(original)
         service.restart(env.sb.dir)

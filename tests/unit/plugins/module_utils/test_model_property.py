@@ -92,6 +92,7 @@ VALID = {
     "bcd_rollout_rollback": True,
     "bcd_rollout_force": False,
     "bcd_rollout_gate_timeout": 300,
+    "bcd_rollout_soak": "30s",
     "bcd_lock_ttl": "30m",
 }
 
@@ -284,6 +285,9 @@ INVALID = {
     "bcd_rollout_rollback": not_bool,
     "bcd_rollout_force": not_bool,
     "bcd_rollout_gate_timeout": bad_duration(1, 7 * 86400),
+    "bcd_rollout_soak": st.one_of(st.integers(max_value=-1), st.integers(min_value=3601),
+                                  st.sampled_from(["abc", "1d", "5 m", "-5m", "1.5h", "", " ", "2h"]), st.booleans(),
+                                  st.floats(allow_nan=False, allow_infinity=False), st.lists(st.integers(), max_size=2)),
     "bcd_lock_ttl": bad_duration(1, 7 * 86400),
     "bcd_node_root": bad_path_value(),
     "bcd_join_encryption_jwk": st.one_of(

@@ -1,0 +1,221 @@
+#!/usr/bin/python
+"""Ansible module bcd_daemonset_wait: wait for bcd's DaemonSet to roll out; fail at once on a refused join."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_daemonset_wait
+short_description: Wait for bcd's DaemonSet to roll out, failing within seconds when a pod cannot start
+description:
+  - Waits as C(kubectl rollout status) does - the DaemonSet controller has seen the latest
+    generation, and C(updatedNumberScheduled) and C(numberAvailable) reach
+    C(desiredNumberScheduled) - reading the DaemonSet every O(interval) seconds.
+  - While it waits it lists the DaemonSet's pods (label C(app.kubernetes.io/instance=<bcd_name>),
+    every O(pods_every) seconds) and fails at once, naming each Node, when a pod cannot start -
+    its C(bcd join) init container exited non-zero (the control plane refused the node, or the
+    config is wrong; the termination message says why; seed 000, Apply), or the pod cannot turn
+    Ready (failed, a container crash-looping 3 times, an invalid image). A refused join does not
+    heal by waiting, so it is never waited out.
+  - A pod whose join failed before this wait started (a Node added before its join token
+    existed fails for want of a token, then waits out the kubelet's back-off, up to 5 minutes)
+    is deleted once, so that the DaemonSet controller replaces it and it joins now; only a join
+    that fails during the wait counts as refused.
+  - Fails at O(timeout) with the counts and each Node whose pod is not Ready and its state.
+  - Changes nothing else (and nothing in check mode).
+options:
+  timeout:
+    description: Seconds to wait (default C(bcd_rollout_timeout), else 120 + 2 per desired pod).
+    type: int
+  interval:
+    description: Seconds between reads of the DaemonSet.
+    type: float
+    default: 1
+  pods_every:
+    description: Seconds between lists of its pods (each lists every bcd pod).
+    type: float
+    default: 3
+extends_documentation_fragment:
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.cluster
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - bcd-ansible developers
+"""
+
+EXAMPLES = r"""
+- name: Wait for the DaemonSet's rollout
+  bcd.kubernetes.bcd_daemonset_wait:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
+"""
+
+RETURN = r"""
+status:
+  description: The DaemonSet's status counts when it returned (desiredNumberScheduled, updatedNumberScheduled, numberAvailable, numberReady).
+  returned: always
+  type: dict
+failed_nodes:
+  description: C([{node, pod, why}]), each Node whose pod cannot start or is not Ready (on failure).
+  returned: always
+  type: list
+  elements: dict
+restarted:
+  description: The uids of the pods deleted because their join had failed before the wait.
+  returned: always
+  type: list
+  elements: str
+waited:
+  description: Seconds waited.
+  returned: always
+  type: float
+"""
+
+import datetime
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
+    KubeError,
+    join_failed_at,
+    join_failure,
+    path,
+    pod_ready,
+    pod_state,
+    selector,
+    slim_pod,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    inventory,
+    kube,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
+    fatal,
+    generation_seen,
+    pods_by_node,
+)
+
+COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
+
+
+def rolled_out(ds: dict) -> bool:
+    status = ds.get("status") or {}
+    want = int(status.get("desiredNumberScheduled") or 0)
+    return (generation_seen(ds) and int(status.get("updatedNumberScheduled") or 0) >= want
+            and int(status.get("numberAvailable") or 0) >= want)
+
+
+def cannot_start(pods: dict[str, dict], since: str) -> list[dict]:
+    """``[{node, pod, why}]`` for each pod whose join failed since ``since`` or that cannot turn
+    Ready (a join that failed before is stale: see :func:`stale`)."""
+    out = []
+    for node, pod in sorted(pods.items()):
+        why = join_failure(pod, since=since)
+        if why is None and join_failure(pod) is None:
+            why = fatal(pod)
+        if why:
+            out.append({"node": node, "pod": pod["metadata"]["name"], "why": f"join refused: {why}" if "bcd join" in why else why})
+    return out
+
+
+def stale(pods: dict[str, dict], since: str) -> list[dict]:
+    """The pods whose join failed before ``since`` (before this wait, so before the token and
+    config it waits for were in place) and that do not run: restarted, they try again now
+    rather than after the kubelet's back-off (up to 5 minutes)."""
+    out = []
+    for pod in pods.values():
+        at = join_failed_at(pod)
+        if at is not None and at < since and (pod.get("status") or {}).get("phase") == "Pending":
+            out.append(pod)
+    return out
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": CONFIG_OPTION,
+            **KUBE_OPTIONS,
+            "timeout": {"type": "int"},
+            "interval": {"type": "float", "default": 1},
+            "pods_every": {"type": "float", "default": 3},
+        },
+        supports_check_mode=True,
+    )
+    inv = inventory(module)
+    api = kube(module, inv)
+    where = f"DaemonSet {inv.bcd_namespace}/{inv.bcd_name}"
+    started = time.monotonic()
+    interval = max(module.params["interval"], 0.2)
+    pods_every = max(module.params["pods_every"], interval)
+    pods_at = 0.0
+    timeout = None
+    ds: dict = {}
+    pods: dict[str, dict] = {}
+    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    restarted: set[str] = set()
+
+    def done(**kw):
+        status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
+        module.exit_json(changed=bool(restarted), status=status, waited=round(time.monotonic() - started, 1),
+                         restarted=sorted(restarted), **kw)
+
+    try:
+        while True:
+            ds = api.get(path("daemonsets", inv.bcd_name, inv.bcd_namespace)) or {}
+            if not ds:
+                module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], waited=0.0)
+            if timeout is None:
+                want = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+                timeout = module.params["timeout"] or inv.bcd_rollout_timeout or (120 + 2 * want)
+            if rolled_out(ds):
+                done(failed_nodes=[])
+            now = time.monotonic()
+            late = now - started >= timeout
+            if now >= pods_at or late:
+                pods_at = now + pods_every
+                listed = api.list(path("pods", namespace=inv.bcd_namespace),
+                                  {"labelSelector": selector({"app.kubernetes.io/name": "bcd",
+                                                              "app.kubernetes.io/instance": inv.bcd_name})},
+                                  keep=slim_pod)
+                pods = pods_by_node(listed, ds["metadata"].get("uid"))
+                for pod in stale(pods, since):
+                    meta = pod["metadata"]
+                    if meta["uid"] in restarted or module.check_mode:
+                        continue
+                    restarted.add(meta["uid"])
+                    # the uid precondition never deletes a pod that replaced it meanwhile
+                    api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
+                bad = cannot_start(pods, since)
+                if bad:
+                    lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
+                    module.fail_json(
+                        msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
+                            f"out the {timeout}s timeout):\n{lines}\nFix the cause (a refused join names the "
+                            "control plane's reason: pins, site or gateway in the inventory, or the token) and run "
+                            "again.",
+                        failed_nodes=bad, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
+                        waited=round(time.monotonic() - started, 1))
+            if late:
+                status = ds.get("status") or {}
+                slow = [{"node": n, "pod": p["metadata"]["name"], "why": pod_state(p)}
+                        for n, p in sorted(pods.items()) if not pod_ready(p)]
+                lines = "".join(f"\n{s['node']}: pod {s['pod']} not Ready ({s['why']})" for s in slow)
+                module.fail_json(
+                    msg=f"{where} did not roll out within {timeout}s: {status.get('numberAvailable') or 0} of "
+                        f"{status.get('desiredNumberScheduled') or 0} pods available, "
+                        f"{status.get('updatedNumberScheduled') or 0} updated (bcd_rollout_timeout sets the wait){lines}",
+                    failed_nodes=slow, status={k: int(status.get(k) or 0) for k in COUNTS},
+                    waited=round(time.monotonic() - started, 1))
+            time.sleep(interval)
+    except KubeError as exc:
+        module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[],
+                         waited=round(time.monotonic() - started, 1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""False success: no run exits 0 while the cluster is not in the state it reports.
+
+Each scenario is a run that once ended in success (exit 0) with the cluster in another state
+than the run printed: a join the control plane refused while the sandbox showed the pod Ready,
+a pin nothing checked, an image rolled back without a canary, a health gate that passed in a
+fraction of a second. Each now fails, naming the node or variable and the reason, within
+seconds, and leaves no unrevoked token.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from tests.reliability.harness import EXTRA_NODE_LABEL, INVENTORY_IMAGE, World, daemonset_image
+
+pytestmark = pytest.mark.sandbox
+
+REPO = "registry.example.com/better-compute/bcd"
+OTHER = f"{REPO}:0.2.0@sha256:{'b2' * 32}"
+CRASH = f"{REPO}:0.8.0@sha256:fa11{'0e' * 30}"  # Ready, then crashes 10 s later (sandbox/kwok/kwok.yaml)
+WAIT_TASK = "Wait for the DaemonSet to roll out, or say why it cannot"
+
+
+def tokens_left(world: World) -> int:
+    return len(world.unrevoked())
+
+
+def test_a_refused_join_fails_within_seconds(ready, runner, reliability):
+    """The control plane refuses every GPU node's join (fault refuseJoin) and a config change
+    replaces a pod: its join container exits 1 (Init:CrashLoopBackOff), and the DaemonSet wait
+    fails at once naming the node and the reason instead of waiting out its timeout."""
+    world = ready
+    reliability.describe("False success", "the control plane refuses the join of a replaced pod (adopt-cluster.yml)")
+    world.admin.set_faults({"refuseJoin": dict.fromkeys(world.gpu_nodes(), "maintenance window")})
+    try:
+        run = runner.run("adopt-cluster.yml", "-e", "bcd_log_level=debug")
+    finally:
+        world.admin.clear_faults()
+    assert run.returncode != 0, run.tail()
+    assert "Refused: maintenance window" in run.text and "not waiting out" in run.text, run.tail()
+    refused = [n for n in world.gpu_nodes() if f"{n}: pod " in run.text]
+    assert refused, run.tail()
+    waited = run.task_seconds(WAIT_TASK)
+    timeout = 120 + 2 * len(world.gpu_nodes())
+    assert waited < 30, f"the wait took {waited:.0f}s"
+    assert tokens_left(world) == 0 and not world.secret_exists()
+    back = runner.run("adopt-cluster.yml")
+    assert back.returncode == 0, back.tail()
+    reliability.result = (f"failed after {waited:.0f}s of the DaemonSet wait (its timeout: {timeout}s), naming "
+                          f"{', '.join(refused)}: 'bcd join exited 1: Refused: maintenance window'; the next run "
+                          "(fault lifted) completed")
+    reliability.figures.update({"time to the failure s": round(waited, 1), "timeout s": timeout,
+                                "run s": round(run.seconds, 1), "tokens left": tokens_left(world)})
+
+
+@pytest.mark.parametrize("pin", ["serving_ca", "join_signing"])
+def test_a_wrong_pin_is_refused_before_anything_is_applied(ready, runner, reliability, pin):
+    world = ready
+    reliability.describe("False success", f"another valid bcd_pins.{pin} than the control plane's (adopt-cluster.yml)")
+    pins = {**world.vars["bcd_pins"], pin: "sha256/" + base64.b64encode(bytes(range(32))).decode()}
+    rv = world.apps.read_namespaced_daemon_set("bcd", world.namespace).metadata.resource_version
+    run = runner.run("adopt-cluster.yml", "-e", json.dumps({"bcd_pins": pins}))
+    assert run.returncode != 0, run.tail()
+    assert f"bcd_pins.{pin}" in run.text and "refusing it before any token is minted" in run.text, run.tail()
+    assert world.apps.read_namespaced_daemon_set("bcd", world.namespace).metadata.resource_version == rv
+    assert tokens_left(world) == 0
+    reliability.result = ("refused in preflight, naming the pin and what the "
+                          + ("gateway presented (its chain's pins)" if pin == "serving_ca" else "discovery published")
+                          + "; nothing applied, no token minted")
+    reliability.figures.update({"time to the failure s": round(run.seconds, 1), "tokens left": tokens_left(world)})
+
+
+def test_adopt_never_rolls_the_image_back(ready_any_image, runner, reliability):
+    """The DaemonSet runs another digest than the inventory's (as after rollout.yml -e bcd_image):
+    adopt-cluster.yml refuses, naming both and rollout.yml, and changes nothing."""
+    world = ready_any_image
+    reliability.describe("False success", "the DaemonSet runs another digest than the inventory's bcd_image (adopt-cluster.yml)")
+    if daemonset_image(world) == INVENTORY_IMAGE:
+        rolled = runner.run("rollout.yml", "-e", f"bcd_image={OTHER}", "-e", "bcd_rollout_max_unavailable=100%")
+        assert rolled.returncode == 0, rolled.tail()
+    running = daemonset_image(world)
+    run = runner.run("adopt-cluster.yml")
+    assert run.returncode != 0, run.tail()
+    assert f"runs {running}, but bcd_image in the inventory is {INVENTORY_IMAGE}" in run.text, run.tail()
+    assert "rollout.yml" in run.text
+    assert daemonset_image(world) == running
+    assert tokens_left(world) == 0
+    reliability.result = "refused before anything changed, naming both digests and rollout.yml; every pod kept its image"
+    reliability.figures.update({"time to the failure s": round(run.seconds, 1), "tokens left": tokens_left(world)})
+
+
+def test_a_pod_that_crashes_after_turning_ready_fails_the_canary_soak(ready_any_image, runner, reliability, tmp_path):
+    """Pods that turn Ready and crash 10 s later: the canary's gate, soaking 15 s, sees it and
+    rolls back."""
+    world = ready_any_image
+    reliability.describe("False success", "a digest whose pods crash 10 s after turning Ready (rollout.yml, soak 15 s)")
+    before = daemonset_image(world)
+    report = tmp_path / "rollout.json"
+    run = runner.run("rollout.yml", "-e", f"bcd_image={CRASH}", "-e", "bcd_rollout_soak=15",
+                     "-e", f"bcd_report_out={report}")
+    assert run.returncode != 0, run.tail()
+    summary = json.loads(report.read_text())
+    assert summary["result"] == "rolled_back", summary
+    assert "soak" in summary["failed_nodes"][0]["why"]
+    assert daemonset_image(world) == before
+    canary = summary["stages"][0]
+    reliability.result = (f"the canary's gate failed on {summary['failed_nodes'][0]['node']} "
+                          f"({summary['failed_nodes'][0]['why']}); rolled back to the previous image")
+    reliability.figures.update({"time to the failure s": canary.get("seconds"), "tokens left": tokens_left(world)})
+
+
+def test_a_spent_token_fails_within_seconds(ready, runner, reliability):
+    """Two new Nodes and a token for one (bcd_token_max_uses=1): the second's join is refused
+    (TokenExhausted) and add-nodes.yml fails at once naming it; the token is revoked."""
+    from sandbox import cluster
+
+    world = ready
+    reliability.describe("False success", "two new Nodes, a token for one (add-nodes.yml, bcd_token_max_uses=1)")
+    # two KWOK GPU Nodes outside the sandbox's own count, deleted when the package ends
+    new = ["gpu-node-extra-1", "gpu-node-extra-2"]
+    for name in new:
+        body = cluster.node_body(name, True, "v1.36.3")
+        body["metadata"]["labels"][EXTRA_NODE_LABEL] = "true"
+        world.core.create_node(body)
+    cluster.wait_nodes_ready(world.sandbox.dir, new)
+    run = runner.run("add-nodes.yml", "-e", "bcd_token_max_uses=1")
+    assert run.returncode != 0, run.tail()
+    assert "TokenExhausted" in run.text and "not waiting out" in run.text, run.tail()
+    refused = [n for n in new if f"{n}: pod " in run.text]
+    assert len(refused) == 1, run.tail()
+    waited = run.task_seconds(WAIT_TASK)
+    assert tokens_left(world) == 0 and not world.secret_exists()
+    back = runner.run("add-nodes.yml")
+    assert back.returncode == 0, back.tail()
+    reliability.result = (f"failed after {waited:.0f}s of the DaemonSet wait, naming {refused[0]}: "
+                          "'bcd join exited 1: TokenExhausted'; the token revoked; the next run joined it")
+    reliability.figures.update({"time to the failure s": round(waited, 1), "run s": round(run.seconds, 1),
+                                "tokens left": tokens_left(world)})
