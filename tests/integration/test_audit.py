@@ -18,12 +18,12 @@ import xmlschema
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import recap, run_playbook
+from tests.helpers import ROOT, recap, run_playbook
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
 NS = "bcd-system"
-SCHEMA = Path(__file__).resolve().parent.parent / "fixtures" / "junit" / "junit.xsd"
+SCHEMA = ROOT / "tests" / "fixtures" / "junit" / "junit.xsd"
 OTHER_DIGEST = "0" * 64
 
 

@@ -3,14 +3,14 @@ Prometheus textfile through prometheus_client's parser, the per-node table."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import xmlschema
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import junit_xml, table, write_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
-SCHEMA = Path(__file__).resolve().parent.parent / "fixtures" / "junit" / "junit.xsd"
+from tests.helpers import ROOT
+
+SCHEMA = ROOT / "tests" / "fixtures" / "junit" / "junit.xsd"
 
 RESULTS = [
     {"cluster": "east", "check": "drift-daemonset", "node": "", "ok": False, "warning": False,

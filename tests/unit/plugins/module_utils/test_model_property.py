@@ -289,6 +289,16 @@ INVALID = {
                                   st.sampled_from(["abc", "1d", "5 m", "-5m", "1.5h", "", " ", "2h"]), st.booleans(),
                                   st.floats(allow_nan=False, allow_infinity=False), st.lists(st.integers(), max_size=2)),
     "bcd_lock_ttl": bad_duration(1, 7 * 86400),
+    "bcd_release_confirm": st.one_of(st.sampled_from(["", "   ", "\t"]), st.integers(), st.lists(st.integers(), max_size=2)),
+    "bcd_release_force": not_bool,
+    "bcd_release_restore_gpu_stack": not_bool,
+    "bcd_release_host_state": not_bool,
+    "bcd_audit_report_only": not_bool,
+    "bcd_junit_out": bad_path_value(),
+    "bcd_metrics_out": bad_path_value(),
+    "bcd_rollout_cluster_waves": st.one_of(
+        st.just([]), st.integers(min_value=1), st.sampled_from(["x", "50%"]),
+        st.sampled_from([[0], ["101%"], ["0%"], [True], ["abc"], [1, "x"]])),
     "bcd_node_root": bad_path_value(),
     "bcd_join_encryption_jwk": st.one_of(
         st.just({"kty": "RSA", "n": "AQAB", "e": "AQAB"}), st.just({"kty": "EC", "crv": "P-256"}),
