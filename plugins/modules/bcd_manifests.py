@@ -32,6 +32,13 @@ options:
     type: list
     elements: str
     default: []
+  existing_files:
+    description:
+      - Variables naming files this playbook reads, which must exist (C(bcd_kubeconfig) for a
+        playbook that reaches the cluster); a missing one is INVALID_CONFIG, before anything runs.
+    type: list
+    elements: str
+    default: []
   new_files:
     description:
       - Variables naming files this playbook will create; each must not exist yet (see M(bcd_config)).
@@ -112,6 +119,7 @@ from ansible.module_utils.bcd_module import (
     inventory,
     label_selector,
     refuse_existing,
+    refuse_missing,
     write_new_file,
 )
 from ansible.module_utils.bcd_render import CONFIG_HASH_ANNOTATION, as_list, dumps, render
@@ -125,11 +133,13 @@ def main() -> None:
             "dest": {"type": "path"},
             "required": {"type": "list", "elements": "str", "default": []},
             "new_files": {"type": "list", "elements": "str", "default": []},
+            "existing_files": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     inv = inventory(module, tuple(module.params["required"]))
     refuse_existing(module, inv, module.params["new_files"])
+    refuse_missing(module, inv, module.params["existing_files"])
     try:
         with open(module.params["template"], encoding="utf-8") as handle:
             template_text = handle.read()

@@ -111,6 +111,11 @@ missing:
   returned: success
   type: list
   elements: str
+cluster:
+  description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
+  returned: success
+  type: str
+  sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
 polls:
   description: How many times this run listed the pool's nodes (1 unless O(poll_for) is set).
   returned: success
@@ -249,7 +254,7 @@ def main() -> None:
             if o["name"] in why:
                 o["why"] = why[o["name"]]
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
-                     join_timeout=inv.bcd_join_timeout, polls=polls, cp_requests=cp.requests, kube_requests=kube_api.requests)
+                     join_timeout=inv.bcd_join_timeout, polls=polls, cluster=kube_api.source, cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 
 if __name__ == "__main__":
