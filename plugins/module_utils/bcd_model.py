@@ -484,6 +484,10 @@ class Inventory(BaseModel):
     bcd_join_timeout: Duration | None = None
     bcd_rollout_timeout: Duration | None = None
     bcd_render_out: str | None = None
+    # render.yml: the file's format (a v1 List in JSON, or one YAML document per object), and
+    # whether a file with other content may be replaced (the same content is always a no-op).
+    bcd_render_format: Literal["json", "yaml"] = "json"
+    bcd_render_force: bool = False
     bcd_join_secret_out: str | None = None
     bcd_report_out: str | None = None
     bcd_node_root: str | None = None

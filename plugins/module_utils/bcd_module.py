@@ -132,3 +132,24 @@ def write_new_file(path: str, data: bytes, mode: int) -> bool:
     finally:
         os.unlink(tmp)
     return True
+
+
+def replace_file(path: str, data: bytes, mode: int) -> None:
+    """Replace the file at ``path`` with ``data`` whole (a temporary file in the same directory,
+    renamed over it), created with ``mode``: a reader sees the old file or the new one."""
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".bcd-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
