@@ -208,19 +208,51 @@ def slim_pod(pod: dict) -> dict:
     spec = pod.get("spec") or {}
     out_meta = _pick(meta, ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp"))
     out_meta["ownerReferences"] = [_pick(o, ("kind", "name", "uid")) for o in meta.get("ownerReferences") or []]
+    out_spec = {"nodeName": spec.get("nodeName"),
+                "containers": [_pick(c, ("name", "image")) for c in spec.get("containers") or []]}
+    if not spec.get("nodeName") and target_node(pod):
+        out_spec["affinity"] = (spec.get("affinity") or {})  # the Node an unscheduled DaemonSet pod is for
     return {
         "metadata": out_meta,
-        "spec": {"nodeName": spec.get("nodeName"),
-                 "containers": [_pick(c, ("name", "image")) for c in spec.get("containers") or []]},
+        "spec": out_spec,
         "status": _pick(pod.get("status"), ("phase", "reason", "message", "conditions", "initContainerStatuses",
                                            "containerStatuses")),
     }
 
 
 def slim_node(node: dict) -> dict:
-    """The name, labels and conditions of a Node (what selection and :func:`node_ready` read)."""
+    """The name, labels, conditions and allocatable resources of a Node (what selection,
+    :func:`node_ready` and the capacity check read)."""
+    status = node.get("status") or {}
     return {"metadata": _pick(node.get("metadata"), ("name", "labels", "uid")),
-            "status": {"conditions": (node.get("status") or {}).get("conditions") or []}}
+            "status": {"conditions": status.get("conditions") or [], "allocatable": status.get("allocatable") or {}}}
+
+
+def target_node(pod: dict) -> str | None:
+    """The Node a pod runs on (``spec.nodeName``) or, before it is scheduled, the one it is for:
+    the DaemonSet controller ties each of its pods to one Node with a required node affinity
+    ``matchFields`` on ``metadata.name`` (https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/#how-daemon-pods-are-scheduled)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return spec["nodeName"]
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(field.get("values") or []) == 1:
+                return field["values"][0]
+    return None
+
+
+def unschedulable(pod: dict) -> str | None:
+    """Why the scheduler has not placed a pod (its PodScheduled condition False: reason and
+    message, such as ``Unschedulable: 0/4 nodes are available: 1 Insufficient memory``), or None."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for c in ((pod.get("status") or {}).get("conditions") or []):
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason') or 'Unschedulable'}: {c.get('message') or 'no reason given'}"
+    return None
 
 
 def pod_ready(pod: dict | None) -> bool:

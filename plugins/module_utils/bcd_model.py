@@ -481,6 +481,9 @@ class Inventory(BaseModel):
     bcd_gpu_isolation_enforce: bool = True
     # adopt-cluster.yml configures GPU isolation (gpu_stack role) before its gate; false: check only.
     bcd_gpu_stack_configure: bool = True
+    # Take the ClusterPolicy fields another field manager (Helm, a GitOps controller) owns with
+    # other values; false: stop and name the manager and the fields.
+    bcd_gpu_stack_force_conflicts: bool = False
     bcd_join_timeout: Duration | None = None
     bcd_rollout_timeout: Duration | None = None
     bcd_render_out: str | None = None

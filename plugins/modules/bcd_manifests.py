@@ -46,6 +46,15 @@ options:
     type: list
     elements: str
     default: []
+  diff_kinds:
+    description:
+      - Kinds (C(ConfigMap), C(DaemonSet)) the caller knows are absent from the cluster, because
+        their namespace does not exist yet, so no server-side dry run can show them. In diff
+        mode each rendered object of these kinds is returned as a diff from nothing to the
+        object (YAML), and RV(changed) is true (they would be created).
+    type: list
+    elements: str
+    default: []
   dest:
     description:
       - The file to write the render to (mode 0644; the manifests hold no secret), in
@@ -60,7 +69,8 @@ attributes:
     support: full
     details: In check mode O(dest) is not written; RV(changed) says whether it would be.
   diff_mode:
-    support: none
+    support: partial
+    details: Only for O(diff_kinds).
 author:
   - bcd-ansible developers
 """
@@ -141,6 +151,7 @@ def main() -> None:
             "required": {"type": "list", "elements": "str", "default": []},
             "new_files": {"type": "list", "elements": "str", "default": []},
             "existing_files": {"type": "list", "elements": "str", "default": []},
+            "diff_kinds": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -169,6 +180,14 @@ def main() -> None:
         "daemonset": ds,
         "config_sha256": ds["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
     }
+    preview = [o for o in objects if o["kind"] in module.params["diff_kinds"]]
+    if preview:
+        result["changed"] = True
+        if module._diff:
+            result["diff"] = [{
+                "before": "", "before_header": f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']} (absent)",
+                "after": dumps_yaml([o]), "after_header": f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']} (would be created)",
+            } for o in preview]
     dest = module.params["dest"]
     if dest:
         if inv.bcd_render_format == "yaml":

@@ -21,6 +21,11 @@ description:
   - With O(wait) (through the action plugin of the same name) polls until every selected Node
     reports or O(timeout) passes, printing progress (n of N) as nodes arrive, then fails naming
     each Node that did not report and why.
+  - Without O(wait) or O(diagnose), warns about each selected Node whose allocatable CPU or
+    memory is below C(bcd_resources.requests) (the scheduler cannot place bcd's pod there).
+  - A bcd pod the scheduler cannot place is named with the scheduler's reason (its
+    C(PodScheduled) condition); a DaemonSet pod is tied to its Node before it is scheduled by a
+    required node affinity C(matchFields) on C(metadata.name).
   - Read-only.
 options:
   diagnose:
@@ -134,6 +139,8 @@ from ansible.module_utils.bcd_kube import (
     selector,
     slim_node,
     slim_pod,
+    target_node,
+    unschedulable,
 )
 from ansible.module_utils.bcd_module import (
     API_KEY_OPTION,
@@ -151,8 +158,9 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
                      keep=slim_pod)
     by_node = {}
     for pod in pods:
-        if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
-            by_node[pod["spec"]["nodeName"]] = pod
+        node_name = target_node(pod)  # a pending DaemonSet pod names its Node in its affinity
+        if node_name and not pod["metadata"].get("deletionTimestamp"):
+            by_node[node_name] = pod
     events = {}
     for ev in kube.list(path("events", namespace=inv.bcd_namespace), {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}):
         key = ev["involvedObject"].get("name")
@@ -170,6 +178,10 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
         elif refused:
             c = refused[-1]
             reason = f"join refused: {c.get('reason')}: {c.get('message')}"
+        elif pod is not None and not pod["spec"].get("nodeName"):
+            why_not = unschedulable(pod)
+            reason = (f"pod {pod['metadata']['name']} cannot be scheduled on this Node: {why_not}" if why_not
+                      else f"pod {pod['metadata']['name']} is not scheduled yet")
         elif pod is not None and pod["metadata"]["name"] in events:
             reason = f"join refused or failing: {events[pod['metadata']['name']][1]}"
         elif node is not None and not node_ready(node):
@@ -183,6 +195,30 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
             reason = f"pod {pod['metadata']['name']} is Ready but the node has not reported to the control plane (no join seen yet)"
         why[name] = reason
     return why
+
+
+def short_of_requests(inv, nodes: dict[str, dict]) -> list[str]:
+    """One line per selected Node whose allocatable CPU or memory is below bcd's requests
+    (``bcd_resources.requests``): the scheduler cannot place bcd's pod there."""
+    from ansible.module_utils.bcd_quantity import QuantityError, value
+
+    out = []
+    for name in sorted(nodes):
+        allocatable = (nodes[name].get("status") or {}).get("allocatable") or {}
+        short = []
+        for res in ("cpu", "memory"):
+            want, have = inv.bcd_resources.requests.get(res), allocatable.get(res)
+            if want is None or have is None:
+                continue
+            try:
+                if value(str(have)) < value(want):
+                    short.append(f"allocatable {res} {have} < request {want}")
+            except QuantityError:
+                continue
+        if short:
+            out.append(f"Node {name}: {', '.join(short)}: bcd's pod cannot be scheduled there (lower bcd_resources.requests, "
+                       "or free the Node's resources)")
+    return out
 
 
 def main() -> None:
@@ -209,6 +245,9 @@ def main() -> None:
     except KubeError as exc:
         module.fail_json(msg=f"listing the selected Nodes: {exc}")
     names = sorted(k8s_nodes)
+    if not (module.params["wait"] or module.params["diagnose"] or module.params["poll_for"]):
+        for line in short_of_requests(inv, k8s_nodes):
+            module.warn(line)
     labels = {name: (n["metadata"].get("labels") or {}) for name, n in k8s_nodes.items()}
     wanted = set(names)
     started = time.monotonic()
