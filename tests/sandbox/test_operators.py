@@ -21,7 +21,7 @@ from tests.helpers import run_playbook
 pytestmark = [pytest.mark.sandbox]
 
 REPO = "registry.example.com/better-compute/bcd"
-NEXT = f"{REPO}:0.5.0@sha256:{'e5' * 32}"
+NEXT_IMAGES = (f"{REPO}:0.5.0@sha256:{'e5' * 32}", f"{REPO}:0.6.0@sha256:{'f6' * 32}")
 BOOKKEEPING = re.compile(r'"?(managedFields|resourceVersion|creationTimestamp|uid)"?\s*:')
 
 
@@ -42,6 +42,7 @@ def test_check_diff_before_adoption_shows_the_objects_that_would_be_created(sand
 
 
 def test_a_node_too_small_for_bcd_is_warned_about_and_named_with_the_schedulers_reason(sandbox, cp, cpvars):
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
     small = sandbox.gpu_node_names()[-1]
     before = sandbox.set_node_allocatable(small, memory="64Mi")
     try:
@@ -51,7 +52,8 @@ def test_a_node_too_small_for_bcd_is_warned_about_and_named_with_the_schedulers_
     out = _flat(run.stdout + run.stderr)
     assert run.returncode != 0, out[-3000:]
     assert f"Node {small}: allocatable memory 64Mi < request 128Mi" in out, out[-5000:]
-    m = re.search(rf"{re.escape(small)}: pod (bcd-\S+) cannot be scheduled on this Node: Unschedulable: [^|]*Insufficient memory", out)
+    m = re.search(rf"{re.escape(small)} [-\s]*<- pod (bcd-\S+) cannot be scheduled on this Node: Unschedulable: [^']*Insufficient memory",
+                  out)
     assert m, out[-5000:]
     assert "no bcd pod on this Node" not in out
 
@@ -76,6 +78,8 @@ def test_check_diff_of_an_adopted_cluster_hides_the_servers_bookkeeping(sandbox)
 
 def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox):
     """The Node goes NotReady as soon as its new pod exists; the pod itself turns Ready."""
+    current = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    new = next(i for i in NEXT_IMAGES if i != current["spec"]["template"]["spec"]["containers"][0]["image"])
     api = sandbox.api_client()
     core = k8s.CoreV1Api(api)
     marked: list[str] = []
@@ -84,7 +88,7 @@ def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox):
     def mark_first_rolled_node():
         while not stop.is_set():
             for pod in core.list_namespaced_pod("bcd-system", label_selector="app.kubernetes.io/name=bcd").items:
-                if pod.spec.node_name and pod.spec.containers[0].image == NEXT:
+                if pod.spec.node_name and pod.spec.containers[0].image == new:
                     sandbox.set_node_not_ready(pod.spec.node_name)
                     marked.append(pod.spec.node_name)
                     return
@@ -93,7 +97,7 @@ def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox):
     watcher = threading.Thread(target=mark_first_rolled_node, daemon=True)
     watcher.start()
     try:
-        run = run_playbook("rollout.yml", "-e", f"bcd_image={NEXT}", "-e", "bcd_rollout_gate_timeout=30")
+        run = run_playbook("rollout.yml", "-e", f"bcd_image={new}", "-e", "bcd_rollout_gate_timeout=30")
     finally:
         stop.set()
         watcher.join(5)
@@ -105,4 +109,69 @@ def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox):
     assert f"{marked[0]}: the Node is NotReady (KubeletNotReady" in out, out[-4000:]
     assert "rolled, healthy" not in out.split("Roll back")[0] or "rolled back" in out
     ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
-    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] != NEXT, "rolled back to the previous render"
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] != new, "rolled back to the previous render"
+
+
+def _helm_default_policy(sandbox) -> None:
+    """The ClusterPolicy put back to the operator chart's defaults by field manager helm, as a
+    `helm upgrade` does (device plugin on, CDI off, no toolkit env)."""
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    obj = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    obj["spec"]["devicePlugin"] = {"enabled": True}
+    obj["spec"]["cdi"] = {"enabled": False, "default": False}
+    obj["spec"]["toolkit"].pop("env", None)
+    obj["metadata"].pop("managedFields", None)
+    custom.replace_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy", obj, field_manager="helm")
+
+
+def _owners(sandbox) -> dict[str, str]:
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    obj = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    out = {}
+    for entry in obj["metadata"]["managedFields"]:
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:enabled" in (spec.get("f:devicePlugin") or {}):
+            out["devicePlugin.enabled"] = entry["manager"]
+    return out
+
+
+def test_clusterpolicy_fields_helm_owns_are_taken_only_when_forced(sandbox):
+    _helm_default_policy(sandbox)
+    assert _owners(sandbox) == {"devicePlugin.enabled": "helm"}
+    refused = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=false")
+    out = _flat(refused.stdout + refused.stderr)
+    assert refused.returncode != 0, out[-3000:]
+    m = re.search(r"ClusterPolicy/cluster-policy: fields owned by another field manager with other values: helm \(([^)]*)\)", out)
+    assert m, out[-3000:]
+    assert ".spec.devicePlugin.enabled" in m.group(1) and ".spec.cdi.enabled" in m.group(1)
+    assert "bcd_gpu_stack_force_conflicts: true" in out and "Helm values" in out
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    policy = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    assert policy["spec"]["devicePlugin"]["enabled"] is True, "nothing was changed"
+
+    forced = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=true")
+    assert forced.returncode == 0, forced.stdout[-3000:]
+    assert _owners(sandbox) == {"devicePlugin.enabled": "bcd-ansible"}
+    policy = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    assert policy["spec"]["devicePlugin"]["enabled"] is False and policy["spec"]["cdi"]["enabled"] is True
+    # ours now: a run without force has no conflict and changes nothing
+    again = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=false")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "changed=0" in again.stdout
+
+
+def test_clusterpolicy_volume_mounts_env_true_is_exposed_and_configured_false(sandbox):
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    obj = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    obj["spec"]["toolkit"]["env"] = [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"},
+                                     {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"}]
+    obj["metadata"].pop("managedFields", None)
+    custom.replace_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy", obj, field_manager="helm")
+    doctor = run_playbook("doctor.yml")
+    out = _flat(doctor.stdout + doctor.stderr)
+    assert "operator-toolkit-volume-mounts" in out or "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS 'true'" in out, out[-3000:]
+    assert "exposed" in out
+    run = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=true")
+    assert run.returncode == 0, run.stdout[-3000:]
+    env = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")["spec"]["toolkit"]["env"]
+    assert {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "false"} in env
