@@ -446,6 +446,9 @@ class Inventory(BaseModel):
     bcd_namespace: str = "bcd-system"
     bcd_name: str = "bcd"
     bcd_create_namespace: bool = True
+    # Take over bcd's ConfigMap and DaemonSet from a client-side kubectl apply (what the render
+    # does not have is removed); false: stop, naming the object and the other manager.
+    bcd_adopt_foreign_objects: bool = True
     bcd_node_selector: dict[str, str] = Field(default_factory=dict)
     bcd_tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(operator="Exists")])
     bcd_priority_class_name: str | None = "system-node-critical"

@@ -175,3 +175,61 @@ def test_clusterpolicy_volume_mounts_env_true_is_exposed_and_configured_false(sa
     assert run.returncode == 0, run.stdout[-3000:]
     env = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")["spec"]["toolkit"]["env"]
     assert {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "false"} in env
+
+
+def _client_side_applied(sandbox, tmp_path) -> None:
+    """bcd's objects as an operator who followed the seed's `kubectl apply` left them: rendered,
+    plus a hostPath volume /var/log in the DaemonSet and a key in the ConfigMap, applied client-side."""
+    out = tmp_path / "render.json"
+    run = run_playbook("render.yml", "-e", f"bcd_render_out={out}")
+    assert run.returncode == 0, run.stdout[-2000:]
+    doc = json.loads(out.read_text())
+    cm = next(i for i in doc["items"] if i["kind"] == "ConfigMap")
+    cm["data"]["extra.toml"] = "# kept by hand\n"
+    ds = next(i for i in doc["items"] if i["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "varlog", "mountPath": "/host/var/log", "readOnly": True})
+    out.write_text(json.dumps(doc))
+    sandbox.kubectl("apply", "-f", str(out))
+
+
+def _state(sandbox) -> tuple[dict, dict]:
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json").stdout)
+    return ds, cm
+
+
+def test_objects_from_client_side_kubectl_apply_are_taken_over(sandbox, cp, cpvars, tmp_path):
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    _client_side_applied(sandbox, tmp_path)
+    tokens_before = len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
+
+    refused = run_playbook("adopt-cluster.yml", "-e", "bcd_adopt_foreign_objects=false")
+    out = _flat(refused.stdout + refused.stderr)
+    assert refused.returncode != 0, out[-3000:]
+    assert "DaemonSet bcd-system/bcd: fields managed by kubectl-client-side-apply" in out, out[-3000:]
+    assert "ConfigMap bcd-system/bcd-config: fields managed by kubectl-client-side-apply" in out
+    assert len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]))) == tokens_before, "no token minted"
+
+    check = run_playbook("adopt-cluster.yml", "--check", "--diff")
+    assert check.returncode == 0, check.stdout[-3000:]
+    removed = [line for line in check.stdout.splitlines() if line.startswith("-")]
+    assert any("/var/log" in line for line in removed), check.stdout[-6000:]
+    assert any("extra.toml" in line for line in removed)
+    assert any("last-applied-configuration" in line for line in removed)
+    assert "nothing to do" not in check.stdout
+    ds, cm = _state(sandbox)
+    assert "extra.toml" in cm["data"], "check mode changed nothing"
+
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    ds, cm = _state(sandbox)
+    assert "varlog" not in [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]]
+    assert "extra.toml" not in cm["data"]
+    for obj in (ds, cm):
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in (obj["metadata"].get("annotations") or {})
+        assert "kubectl-client-side-apply" not in [e["manager"] for e in obj["metadata"]["managedFields"]]
+
+    again = run_playbook("adopt-cluster.yml")
+    assert again.returncode == 0 and "nothing to do" in _flat(again.stdout), again.stdout[-3000:]
