@@ -29,6 +29,16 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def _assert_progress(text: str, what: str, limit: int, variable: str) -> None:
+    """Progress lines of a wait: what it waits for, how far, the time waited, the limit and the
+    variable that sets it; one at least every 30 s until the limit."""
+    waited = [int(m.group(1)) for m in re.finditer(
+        rf"{what} \(waited (\d+)s of {limit}s; {variable} sets the limit\)", text)]
+    assert waited, text[-4000:]
+    gaps = [b - a for a, b in zip([0, *waited], [*waited, limit], strict=True)]
+    assert max(gaps) <= 30, (waited, gaps)
+
+
 def test_check_diff_before_adoption_shows_the_objects_that_would_be_created(sandbox, unadopted):
     run = run_playbook("adopt-cluster.yml", "--check", "--diff")
     out = run.stdout
@@ -46,9 +56,11 @@ def test_a_node_too_small_for_bcd_is_warned_about_and_named_with_the_schedulers_
     small = sandbox.gpu_node_names()[-1]
     before = sandbox.set_node_allocatable(small, memory="64Mi")
     try:
-        run = run_playbook("adopt-cluster.yml", "-e", "bcd_rollout_timeout=20", "-e", "bcd_join_timeout=20")
+        run = run_playbook("adopt-cluster.yml", "-e", "bcd_rollout_timeout=40", "-e", "bcd_join_timeout=20")
     finally:
         sandbox.set_node_allocatable(small, **before)
+    _assert_progress(run.stdout + run.stderr, r"waiting for the DaemonSet to roll out: \d+ of \d+ pods updated, \d+ available",
+                     40, "bcd_rollout_timeout")
     out = _flat(run.stdout + run.stderr)
     assert run.returncode != 0, out[-3000:]
     assert f"Node {small}: allocatable memory 64Mi < request 128Mi" in out, out[-5000:]
@@ -56,6 +68,21 @@ def test_a_node_too_small_for_bcd_is_warned_about_and_named_with_the_schedulers_
                   out)
     assert m, out[-5000:]
     assert "no bcd pod on this Node" not in out
+
+
+def test_the_node_wait_says_how_far_it_is_at_least_every_30_seconds(sandbox, cp, cpvars):
+    from sandbox.control_plane.admin import Admin
+
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    admin = Admin.for_sandbox(sandbox.dir)
+    refused = sandbox.gpu_node_names()[0]
+    admin.patch_faults({"refuseJoin": {refused: "maintenance window"}})
+    try:
+        run = run_playbook("adopt-cluster.yml", "-e", "bcd_join_timeout=65")
+    finally:
+        admin.patch_faults({"refuseJoin": None})
+    assert run.returncode != 0
+    _assert_progress(run.stdout + run.stderr, r"\d of \d nodes report to the control plane", 65, "bcd_join_timeout")
 
 
 def test_adoption_report_names_the_kubeconfig_and_the_context(sandbox):
