@@ -222,8 +222,10 @@ def _client_side_applied(sandbox, tmp_path) -> None:
 
 
 def _state(sandbox) -> tuple[dict, dict]:
-    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
-    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json").stdout)
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json",
+                                    "--show-managed-fields").stdout)
+    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json",
+                                    "--show-managed-fields").stdout)
     return ds, cm
 
 
