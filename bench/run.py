@@ -211,12 +211,11 @@ class Bench:
     @property
     def cp(self):
         if self._cp is None:
-            import ansible.module_utils
+            import sys
 
-            path = str(ROOT / "plugins" / "module_utils")
-            if path not in ansible.module_utils.__path__:
-                ansible.module_utils.__path__.append(path)
-            from ansible.module_utils.bcd_cp import Client
+            if str(ROOT / "collections") not in sys.path:
+                sys.path.insert(0, str(ROOT / "collections"))
+            from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
 
             self._cp = Client(self.cpvars["bcd_control_plane_url"], api_key=(self.work / "api-key").read_text(),
                               ca_file=self.cpvars["bcd_control_plane_ca_file"])

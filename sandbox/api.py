@@ -199,7 +199,7 @@ class Sandbox:
         """Put the cluster back as not adopted, whatever ran before (tests and ``make bench``):
 
         - no fault set in the control-plane emulator;
-        - with ``cp`` (an ``ansible.module_utils.bcd_cp.Client``), no unrevoked join token in
+        - with ``cp`` (an ``ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp.Client``), no unrevoked join token in
           ``tenant``/``pool``;
         - no ``namespace`` (deleted, then waited for until gone, up to ``timeout`` seconds, else
           ``TimeoutError``);

@@ -1,16 +1,16 @@
-"""Shared pytest set-up: make our module_utils importable as Ansible imports them."""
+"""Shared pytest set-up: make the collection importable as Ansible imports it."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import ansible.module_utils
-
 ROOT = Path(__file__).resolve().parent.parent
-MODULE_UTILS = ROOT / "plugins" / "module_utils"
-if str(MODULE_UTILS) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS))
+# `make setup` links this checkout as collections/ansible_collections/bcd/kubernetes, so the
+# collection's Python imports (ansible_collections.bcd.kubernetes...) resolve to these files.
+COLLECTIONS = ROOT / "collections"
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

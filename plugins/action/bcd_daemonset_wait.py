@@ -33,7 +33,7 @@ class ActionModule(ActionBase):
         while True:
             # the first run reads once, so the first line says at once where the rollout stands
             left = 0.0 if deadline is None else max(0.0, min(PROGRESS_EVERY, deadline - time.monotonic()))
-            res = self._execute_module(module_name="bcd_daemonset_wait", module_args={**args, "poll_for": left},
+            res = self._execute_module(module_name="bcd.kubernetes.bcd_daemonset_wait", module_args={**args, "poll_for": left},
                                        task_vars=task_vars)
             if res.get("failed"):
                 return res

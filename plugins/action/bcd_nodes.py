@@ -30,7 +30,7 @@ class ActionModule(ActionBase):
     _supports_async = False
 
     def _poll(self, args: dict, task_vars: dict, diagnose: bool, poll_for: float = 0, interval: float = 2) -> dict:
-        return self._execute_module(module_name="bcd_nodes",
+        return self._execute_module(module_name="bcd.kubernetes.bcd_nodes",
                                     module_args={**args, "diagnose": diagnose, "wait": False, "poll_for": poll_for,
                                                  "interval": interval},
                                     task_vars=task_vars)

@@ -9,7 +9,7 @@ class ModuleDocFragment:
 options:
   config:
     description:
-      - The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them; validated with the
+      - The C(bcd_*) variables, as C(lookup('bcd.kubernetes.bcd_inventory')) returns them; validated with the
         inventory model (C(plugins/module_utils/bcd_model.py)). A problem fails the module with
         one C(INVALID_CONFIG) line per problem, before anything is called or changed.
     type: dict

@@ -21,8 +21,8 @@ options: {}
 
 EXAMPLES = r"""
 - name: Render the manifests
-  bcd_manifests:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_manifests:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
 """
 
 RETURN = r"""

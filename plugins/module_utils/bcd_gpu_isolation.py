@@ -794,7 +794,7 @@ def verify_node_root(root: str, runtime_paths: dict | None = None, toolkit_paths
 # --- cluster level -------------------------------------------------------------------------
 
 def _quantity_positive(q) -> bool:
-    from ansible.module_utils.bcd_quantity import QuantityError, value
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
 
     try:
         return value(str(q)) > 0

@@ -20,8 +20,17 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from ansible.module_utils.bcd_pins import PinError, is_pin, load_jwk, pin_of_jwk
-from ansible.module_utils.bcd_quantity import QuantityError, canonical, value
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import (
+    PinError,
+    is_pin,
+    load_jwk,
+    pin_of_jwk,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import (
+    QuantityError,
+    canonical,
+    value,
+)
 from pydantic import (
     BaseModel,
     ConfigDict,

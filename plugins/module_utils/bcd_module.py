@@ -7,7 +7,12 @@ control-plane or Kubernetes failures fail with one line naming the call and the 
 
 from __future__ import annotations
 
-from ansible.module_utils.bcd_model import SECRET_VARIABLES, ConfigError, Inventory, load
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
+    SECRET_VARIABLES,
+    ConfigError,
+    Inventory,
+    load,
+)
 
 CONFIG_OPTION = {"type": "dict", "required": True}
 # Options of modules that reach the control plane and/or the cluster.
@@ -23,7 +28,7 @@ def inventory(module, required: tuple[str, ...] = ()) -> Inventory:
     """
     config = module.params["config"] or {}
     for name in SECRET_VARIABLES:
-        # config never should hold a secret (lookup('bcd_inventory') leaves them out); if a
+        # config never should hold a secret (lookup('bcd.kubernetes.bcd_inventory') leaves them out); if a
         # caller passes one anyway, mask it in everything the module returns.
         if isinstance(config, dict) and config.get(name) not in (None, ""):
             module.no_log_values.add(str(config[name]))
@@ -72,7 +77,7 @@ def control_plane(module, inv: Inventory, on_retry=None):
     ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values."""
     import os
 
-    from ansible.module_utils.bcd_cp import Client, ControlPlaneError
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client, ControlPlaneError
 
     key = module.params.get("api_key") or os.environ.get("BETTER_COMPUTE_API_KEY")
     if key:
@@ -91,7 +96,7 @@ def control_plane(module, inv: Inventory, on_retry=None):
 
 def kube(module, inv: Inventory | None = None):
     """A :class:`bcd_kube.Kube` from the options ``kubeconfig``/``context`` (else bcd_kubeconfig/bcd_kube_context)."""
-    from ansible.module_utils.bcd_kube import Kube, KubeError, api_client
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
 
     kubeconfig = module.params.get("kubeconfig") or (inv.bcd_kubeconfig if inv else None)
     context = module.params.get("context") or (inv.bcd_kube_context if inv else None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import json
 
-from ansible.module_utils.bcd_rollout import merge_fields
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import merge_fields
 
 CLIENT_SIDE_MANAGERS = ("kubectl-client-side-apply", "kubectl")
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

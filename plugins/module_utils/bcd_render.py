@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible.module_utils.bcd_model import Inventory
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import Inventory
 
 BCD = "/usr/local/bin/bcd"
 CONFIG_DIR = "/etc/bcd"

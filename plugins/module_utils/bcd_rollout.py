@@ -20,7 +20,7 @@ import copy
 import json
 import math
 
-from ansible.module_utils.bcd_kube import pod_state
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import pod_state
 
 REVISION_LABEL = "controller-revision-hash"
 BCD_CONTAINER = "bcd"

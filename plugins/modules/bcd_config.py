@@ -38,7 +38,7 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
-  - bcd
+  - bcd.kubernetes.bcd
 attributes:
   check_mode:
     support: full
@@ -50,8 +50,8 @@ author:
 
 EXAMPLES = r"""
 - name: Validate the inventory
-  bcd_config:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_config:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     required: [bcd_control_plane_url, bcd_tenant, bcd_pool]
   register: bcd
 """
@@ -74,7 +74,7 @@ configmap_name:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     CONFIG_OPTION,
     inventory,
     label_selector,

@@ -27,8 +27,8 @@ options:
     type: list
     elements: str
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
 attributes:
   check_mode:
     support: full
@@ -40,8 +40,8 @@ author:
 
 EXAMPLES = r"""
 - name: Preflight the control plane
-  bcd_control_plane:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_control_plane:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     nodes: "{{ selected_nodes }}"
   no_log: false
@@ -89,9 +89,18 @@ known:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError, trust_forecast
-from ansible.module_utils.bcd_module import API_KEY_OPTION, CONFIG_OPTION, control_plane, inventory
-from ansible.module_utils.bcd_pins import PinError, load_jwk, pin_of_jwk
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    NODE_STATES_REPORTING,
+    ControlPlaneError,
+    trust_forecast,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    control_plane,
+    inventory,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import PinError, load_jwk, pin_of_jwk
 
 
 def main() -> None:

@@ -29,8 +29,8 @@ options:
     type: float
     default: 0
 extends_documentation_fragment:
-  - bcd
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -42,8 +42,8 @@ author:
 
 EXAMPLES = r"""
 - name: Wait for the DaemonSet's rollout
-  bcd_daemonset_wait:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_daemonset_wait:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     nodes: 3
 """
 
@@ -77,8 +77,13 @@ timeout:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_kube import KubeError, path
-from ansible.module_utils.bcd_module import CONFIG_OPTION, KUBE_OPTIONS, inventory, kube
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    inventory,
+    kube,
+)
 
 
 def state(ds: dict | None) -> dict:

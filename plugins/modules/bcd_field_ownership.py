@@ -35,8 +35,8 @@ options:
     type: str
     default: bcd-ansible
 extends_documentation_fragment:
-  - bcd
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -48,8 +48,8 @@ author:
 
 EXAMPLES = r"""
 - name: Take over what a client-side kubectl apply left on bcd's objects
-  bcd_field_ownership:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_field_ownership:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     objects: "{{ bcd_daemonset_render.objects | selectattr('kind', 'in', ['ConfigMap', 'DaemonSet']) | list }}"
 """
 
@@ -78,9 +78,14 @@ foreign:
 import datetime as dt
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_kube import KubeError, path
-from ansible.module_utils.bcd_module import CONFIG_OPTION, KUBE_OPTIONS, inventory, kube
-from ansible.module_utils.bcd_ownership import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    inventory,
+    kube,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_ownership import (
     LAST_APPLIED,
     clean,
     client_side_entries,

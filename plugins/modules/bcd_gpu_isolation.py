@@ -64,7 +64,7 @@ options:
     default: cluster
   config:
     description:
-      - The C(bcd_*) variables, as C(lookup('bcd_inventory')) returns them. Required for
+      - The C(bcd_*) variables, as C(lookup('bcd.kubernetes.bcd_inventory')) returns them. Required for
         O(scope=cluster) and O(scope=settings). Only C(bcd_nvidia_toolkit), C(bcd_container_runtime),
         C(bcd_node_selector), C(bcd_gpu_isolation_enforce), C(bcd_node_roots), C(bcd_node_root),
         C(bcd_report_out), C(bcd_kubeconfig) and C(bcd_kube_context) are validated here; an unknown
@@ -126,13 +126,13 @@ author:
 
 EXAMPLES = r"""
 - name: Validate the GPU isolation variables
-  bcd_gpu_isolation:
+  bcd.kubernetes.bcd_gpu_isolation:
     scope: settings
-    config: "{{ lookup('bcd_inventory') }}"
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
   register: settings
 
 - name: Read a GPU node's files (on the node, over SSH)
-  bcd_gpu_isolation:
+  bcd.kubernetes.bcd_gpu_isolation:
     scope: node
     root: /
     node_name: gpu-node-1
@@ -141,14 +141,14 @@ EXAMPLES = r"""
   delegate_to: gpu-node-1
 
 - name: Check a folder of files collected from a node
-  bcd_gpu_isolation:
+  bcd.kubernetes.bcd_gpu_isolation:
     scope: node
     root: /srv/collected/gpu-node-1
 
 - name: Verdict for every selected node of the cluster
-  bcd_gpu_isolation:
+  bcd.kubernetes.bcd_gpu_isolation:
     scope: cluster
-    config: "{{ lookup('bcd_inventory') }}"
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     cluster_name: "{{ inventory_hostname }}"
   register: isolation
 """
@@ -260,7 +260,7 @@ report:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_gpu_isolation import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     ISOLATED,
     NodeRootError,
     combine,
@@ -268,7 +268,7 @@ from ansible.module_utils.bcd_gpu_isolation import (
     table,
     verify_node_root,
 )
-from ansible.module_utils.bcd_kube import Kube, KubeError, api_client
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
 
 VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
@@ -279,7 +279,7 @@ SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
 
 def _settings(module) -> dict:
-    from ansible.module_utils.bcd_model import ConfigError, load_some
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load_some
 
     try:
         inv = load_some(module.params["config"] or {}, VARIABLES)

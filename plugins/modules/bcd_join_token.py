@@ -54,9 +54,9 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -70,8 +70,8 @@ author:
 
 EXAMPLES = r"""
 - name: Mint the join token into its Secret
-  bcd_join_token:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_join_token:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
     run: "{{ run_id }}"
@@ -79,8 +79,8 @@ EXAMPLES = r"""
   no_log: true
 
 - name: Revoke it and delete the Secret
-  bcd_join_token:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_join_token:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
     run: "{{ run_id }}"
@@ -121,9 +121,9 @@ import json
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_cp import ControlPlaneError
-from ansible.module_utils.bcd_kube import Kube, KubeError, path
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
@@ -132,7 +132,7 @@ from ansible.module_utils.bcd_module import (
     kube,
     write_new_file,
 )
-from ansible.module_utils.bcd_render import FIELD_MANAGER
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
 
 DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
 TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name

@@ -63,7 +63,7 @@ author:
 
 EXAMPLES = r"""
 - name: Take the cluster's lock
-  bcd_lock:
+  bcd.kubernetes.bcd_lock:
     namespace: bcd-system
     name: bcd-ansible-lock
     run: "{{ run_id }}"
@@ -92,7 +92,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_kube import Kube, KubeError, api_client, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client, path
 
 HOLDER_RE = re.compile(r"^(?P<user>[^@\s]*)@(?P<host>\S+) pid=(?P<pid>\d+) run=(?P<run>\S+)$")
 

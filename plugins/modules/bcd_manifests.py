@@ -63,7 +63,7 @@ options:
         other content is refused, unless C(bcd_render_force) is true (then it is replaced whole).
     type: path
 extends_documentation_fragment:
-  - bcd
+  - bcd.kubernetes.bcd
 attributes:
   check_mode:
     support: full
@@ -77,14 +77,14 @@ author:
 
 EXAMPLES = r"""
 - name: Render the manifests
-  bcd_manifests:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_manifests:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     template: "{{ playbook_dir }}/../templates/config.toml.j2"
   register: render
 
 - name: Render them to a file for GitOps
-  bcd_manifests:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_manifests:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     template: "{{ playbook_dir }}/../templates/config.toml.j2"
     dest: /srv/gitops/bcd.json
 """
@@ -130,7 +130,7 @@ format:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     CONFIG_OPTION,
     inventory,
     label_selector,
@@ -139,7 +139,13 @@ from ansible.module_utils.bcd_module import (
     replace_file,
     write_new_file,
 )
-from ansible.module_utils.bcd_render import CONFIG_HASH_ANNOTATION, as_list, dumps, dumps_yaml, render
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import (
+    CONFIG_HASH_ANNOTATION,
+    as_list,
+    dumps,
+    dumps_yaml,
+    render,
+)
 
 
 def main() -> None:

@@ -58,9 +58,9 @@ options:
     type: float
     default: 30
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: full
@@ -72,8 +72,8 @@ author:
 
 EXAMPLES = r"""
 - name: Wait for every selected Node to report
-  bcd_nodes:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_nodes:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     wait: true
 """
@@ -128,8 +128,11 @@ polls:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    NODE_STATES_REPORTING,
+    ControlPlaneError,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     Kube,
     KubeError,
     node_ready,
@@ -142,7 +145,7 @@ from ansible.module_utils.bcd_kube import (
     target_node,
     unschedulable,
 )
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
@@ -200,7 +203,7 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
 def short_of_requests(inv, nodes: dict[str, dict]) -> list[str]:
     """One line per selected Node whose allocatable CPU or memory is below bcd's requests
     (``bcd_resources.requests``): the scheduler cannot place bcd's pod there."""
-    from ansible.module_utils.bcd_quantity import QuantityError, value
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
 
     out = []
     for name in sorted(nodes):

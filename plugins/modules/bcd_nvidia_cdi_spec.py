@@ -41,7 +41,7 @@ author:
 
 EXAMPLES = r"""
 - name: Generate the CDI specification
-  bcd_nvidia_cdi_spec:
+  bcd.kubernetes.bcd_nvidia_cdi_spec:
     output: /etc/cdi/nvidia.yaml
 """
 

@@ -45,7 +45,7 @@ author:
 
 EXAMPLES = r"""
 - name: Set the key to false in the packages' config
-  bcd_nvidia_toolkit_config:
+  bcd.kubernetes.bcd_nvidia_toolkit_config:
     path: /etc/nvidia-container-runtime/config.toml
 """
 

@@ -74,9 +74,9 @@ options:
     type: float
     default: 2
 extends_documentation_fragment:
-  - bcd
-  - bcd.control_plane
-  - bcd.cluster
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
 attributes:
   check_mode:
     support: partial
@@ -89,16 +89,16 @@ author:
 
 EXAMPLES = r"""
 - name: Read the fleet's health and the previous render
-  bcd_rollout:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_rollout:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     state: status
   register: rollout_status
   no_log: true  # passes the API key
 
 - name: Roll in stages
-  bcd_rollout:
-    config: "{{ lookup('bcd_inventory') }}"
+  bcd.kubernetes.bcd_rollout:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     state: run
     previous: "{{ rollout_status.previous }}"
@@ -150,8 +150,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bcd_cp import NODE_STATES_REPORTING, ControlPlaneError
-from ansible.module_utils.bcd_kube import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    NODE_STATES_REPORTING,
+    ControlPlaneError,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     node_ready,
     path,
@@ -161,7 +164,7 @@ from ansible.module_utils.bcd_kube import (
     slim_node,
     slim_pod,
 )
-from ansible.module_utils.bcd_module import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
@@ -169,7 +172,7 @@ from ansible.module_utils.bcd_module import (
     inventory,
     kube,
 )
-from ansible.module_utils.bcd_rollout import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     ON_DELETE,
     applied_config,
     container_image,

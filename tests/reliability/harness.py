@@ -247,7 +247,7 @@ class World:
     """The control-plane emulator and the sandbox cluster, as the tests read them."""
 
     def __init__(self, sandbox):
-        from ansible.module_utils.bcd_cp import Client
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
         from kubernetes import client as k8s
 
         from sandbox.control_plane import pki

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bcd_cp import Client
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
 
 from tests.helpers import run_playbook
 

@@ -129,12 +129,7 @@ def test_inventory_file_has_the_variables_and_is_private(cp):
     assert cp.url.startswith("https://127.0.0.1:") and cp.url.endswith("/compute")
     assert set(cp.vars["bcd_pins"]) == {"serving_ca", "join_signing", "join_encryption"}
     # The inventory model accepts every variable as it is.
-    import ansible.module_utils
-
-    if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(str(ROOT / "plugins" / "module_utils"))
-    from ansible.module_utils import bcd_model
-
+    from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_model
     inv = bcd_model.load({**cp.vars, "bcd_image": "registry.example.com/bcd@sha256:" + "0" * 64})
     assert inv.bcd_pins.serving_ca == cp.vars["bcd_pins"]["serving_ca"]
 

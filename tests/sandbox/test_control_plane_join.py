@@ -92,8 +92,7 @@ class Env:
 
     def deploy(self, ns: str, token: str | None, **overrides) -> dict:
         """Render and apply Namespace, Secret (when ``token``), ConfigMap and DaemonSet in ``ns``."""
-        from ansible.module_utils import bcd_model, bcd_render
-
+        from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_model, bcd_render
         variables = {k: v for k, v in self.cp.vars.items() if k != "bcd_api_key"}
         variables.update(bcd_image=IMAGE, bcd_namespace=ns, bcd_node_selector=GPU_SELECTOR, **overrides)
         inv = bcd_model.load(variables)

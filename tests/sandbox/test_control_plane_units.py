@@ -161,9 +161,7 @@ def test_tokens_are_derived_and_unforgeable(tmp_path):
 
 
 def test_pins_agree_with_the_toolkits_pin_code(tmp_path):
-    import ansible.module_utils  # noqa: F401 - conftest put our module_utils on its path
-    from ansible.module_utils import bcd_pins
-
+    from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_pins
     p = cp_pki.ensure(tmp_path / "pki")
     pins = p.pins()
     assert all(bcd_pins.is_pin(v) for v in pins.values())

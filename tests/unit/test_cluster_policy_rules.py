@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from ansible.module_utils.bcd_gpu_isolation import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     DEFAULT_TOOLKIT_CONFIG,
     EXPOSED,
     VOLUME_KEY,

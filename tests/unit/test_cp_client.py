@@ -15,7 +15,11 @@ import ssl
 import threading
 
 import pytest
-from ansible.module_utils.bcd_cp import Client, ControlPlaneError, trust_forecast
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    Client,
+    ControlPlaneError,
+    trust_forecast,
+)
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec

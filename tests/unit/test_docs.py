@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from ansible.module_utils.bcd_model import KNOWN_VARIABLES
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import KNOWN_VARIABLES
 
 from tests.helpers import ROOT, VENV_BIN, ansible_env
 

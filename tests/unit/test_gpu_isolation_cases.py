@@ -11,7 +11,7 @@ import filecmp
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bcd_gpu_isolation import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     DEFAULT_TOOLKIT_CONFIG,
     EXPOSED,
     ISOLATED,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible.module_utils.bcd_gpu_isolation import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     EXPOSED,
     ISOLATED,
     UNVERIFIABLE,

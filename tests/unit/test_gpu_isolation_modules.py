@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bcd_model import ConfigError, load_some
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load_some
 
 from tests.helpers import run_module
 from tests.unit.test_gpu_isolation_packages import nvidia_ctk

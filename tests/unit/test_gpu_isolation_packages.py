@@ -17,7 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.bcd_gpu_isolation import KEY, VOLUME_KEY, verify_node_root
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
+    KEY,
+    VOLUME_KEY,
+    verify_node_root,
+)
 
 from tests.helpers import ROOT, recap, run_playbook
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils import bcd_model
-from ansible.module_utils.bcd_model import ConfigError, load
+from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_model
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.helpers import base_vars
@@ -13,7 +13,7 @@ from tests.helpers import base_vars
 def _jwk(private: bool = False) -> tuple[dict, str]:
     import base64
 
-    from ansible.module_utils.bcd_pins import pin_of_jwk
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import pin_of_jwk
 
     key = ec.generate_private_key(ec.SECP256R1())
     nums = key.private_numbers()

@@ -24,7 +24,12 @@ import socket
 import string
 from contextlib import contextmanager
 
-from ansible.module_utils.bcd_model import KNOWN_VARIABLES, ConfigError, Inventory, load
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
+    KNOWN_VARIABLES,
+    ConfigError,
+    Inventory,
+    load,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -441,7 +446,7 @@ def no_network():
 
 def module_args(name: str, config: dict) -> dict:
     """The module's arguments as the playbooks pass them: the API key in its own option, and in
-    ``config`` only as the empty stand-in lookup('bcd_inventory') passes for a non-string key."""
+    ``config`` only as the empty stand-in lookup('bcd.kubernetes.bcd_inventory') passes for a non-string key."""
     args = {"config": {k: v for k, v in config.items() if k != "bcd_api_key"}}
     key = config.get("bcd_api_key")
     if key is not None and not isinstance(key, str):

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 import yaml
-from ansible.module_utils.bcd_model import ConfigError, load
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load
 
 from tests.helpers import BASE_VARS, base_vars, run_playbook
 

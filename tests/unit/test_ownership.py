@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.bcd_ownership import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_ownership import (
     LAST_APPLIED,
     clean,
     prune,

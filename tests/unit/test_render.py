@@ -9,8 +9,8 @@ import tomllib
 
 import pytest
 import yaml
-from ansible.module_utils.bcd_model import load
-from ansible.module_utils.bcd_render import as_list, dumps, render
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import load
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import as_list, dumps, render
 
 from tests.helpers import ROOT, TEMPLATE, base_vars
 

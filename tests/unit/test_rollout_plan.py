@@ -7,7 +7,7 @@ tests/sandbox/test_rollout.py and the molecule scenario `rollout`.
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.bcd_rollout import (
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     ON_DELETE,
     applied_config,
     batch_size,
@@ -258,8 +258,15 @@ def full_pod(name, node, status):
 def test_a_slim_pod_reads_as_the_whole_pod(status):
     """The rollout and the node report list pods through slim_pod (issue 9: memory at 1,000
     nodes); every reading they make of a pod gives the same answer on the slim copy."""
-    from ansible.module_utils.bcd_kube import pod_ready, pod_state, slim_pod
-    from ansible.module_utils.bcd_rollout import container_image, pod_revision
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
+        pod_ready,
+        pod_state,
+        slim_pod,
+    )
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
+        container_image,
+        pod_revision,
+    )
 
     whole = full_pod("bcd-x", "n1", status)
     slim = slim_pod(whole)
@@ -271,7 +278,7 @@ def test_a_slim_pod_reads_as_the_whole_pod(status):
 
 
 def test_a_slim_node_keeps_its_name_labels_and_readiness():
-    from ansible.module_utils.bcd_kube import node_ready, slim_node
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import node_ready, slim_node
 
     node = {"metadata": {"name": "n1", "labels": {"a": "b"}, "uid": "u", "managedFields": [{}] * 5},
             "status": {"conditions": [{"type": "Ready", "status": "True"}], "images": [{"names": ["x"]}] * 50}}
