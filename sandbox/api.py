@@ -128,6 +128,53 @@ class Sandbox:
         """Add ``count`` GPU nodes (``gpu-node-K`` after the highest); return their names once Ready."""
         return cluster.add_nodes(self.dir, count)
 
+    def set_node_not_ready(self, name: str, reason: str = "KubeletNotReady",
+                           message: str = "container runtime is down (set by a test)") -> None:
+        """Mark Node ``name`` NotReady, as a kubelet does when its runtime fails, and keep it so
+        (KWOK leaves a node annotated ``sandbox.bcd.dev/hold-status=true`` alone; its Lease is
+        still renewed) until :meth:`release_node`."""
+        import datetime as dt
+
+        from kubernetes import client
+
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.patch_node(name, {"metadata": {"annotations": {"sandbox.bcd.dev/hold-status": "true"}}})
+            node = core.read_node_status(name)
+            conditions = [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                           "lastHeartbeatTime": now, "lastTransitionTime": now}
+                          for c in node.status.conditions or [] if c.type != "Ready"]
+            conditions.append({"type": "Ready", "status": "False", "reason": reason, "message": message,
+                               "lastHeartbeatTime": now, "lastTransitionTime": now})
+            core.patch_node_status(name, {"status": {"conditions": conditions}})
+
+    def set_node_allocatable(self, name: str, **resources: str) -> dict[str, str]:
+        """Set Node ``name``'s allocatable resources (``cpu="50m"``, ``memory="64Mi"``), which
+        KWOK keeps; returns the previous values of those resources, for putting them back."""
+        from kubernetes import client
+
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            before = core.read_node_status(name).status.allocatable or {}
+            core.patch_node_status(name, {"status": {"allocatable": resources}})
+            return {k: before[k] for k in resources if k in before}
+
+    def release_node(self, name: str, timeout: float = 60) -> None:
+        """Undo :meth:`set_node_not_ready`: KWOK makes the node Ready again; wait until it is."""
+        from kubernetes import client
+
+        with self.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.patch_node(name, {"metadata": {"annotations": {"sandbox.bcd.dev/hold-status": None}}})
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                node = core.read_node_status(name)
+                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                    return
+                time.sleep(0.5)
+        raise TimeoutError(f"sandbox: node {name} did not turn Ready within {timeout:g} s")
+
     def create_namespace(self, name: str, labels: dict[str, str] | None = None, timeout: float = 60) -> None:
         """Create namespace ``name`` and wait until its ``default`` ServiceAccount exists (pods
         created before that are refused by the ServiceAccount admission plugin)."""

@@ -416,8 +416,10 @@ def ensure_objects(sdir: Path) -> None:
         deadline = time.monotonic() + 30
         while True:
             try:
+                # created as the operator's Helm chart creates it: field manager "helm", so a
+                # server-side apply of other values meets Helm's ownership as on a real cluster
                 created = _create(api, custom.create_cluster_custom_object, policy,
-                                  group="nvidia.com", version="v1", plural="clusterpolicies")
+                                  group="nvidia.com", version="v1", plural="clusterpolicies", field_manager="helm")
                 break
             except client.exceptions.ApiException as exc:
                 # The CRD is established but its REST endpoint may take a moment to be served.

@@ -2,9 +2,10 @@
 
 Runs on the controller. Each run of the bcd_nodes module lists the selected Nodes once and then
 polls the control plane (ceil(pool nodes / 500) nodes.list calls a poll) every ``interval``
-seconds for up to 60 s (never past the wait's limit, which the module knows from the inventory);
-it returns early when every Node reports, or when the count changed and 30 s passed, so progress
-(n of N) is printed as nodes arrive. Few module runs matter: each costs a Python start and a
+seconds for up to ``PROGRESS_EVERY`` s (never past the wait's limit, which the module knows from
+the inventory); it returns early when every Node reports. A progress line (n of N, the time
+waited and the limit, and the variable that sets it) is printed when the count changes and at
+least every ``PROGRESS_EVERY`` s, so a long wait is never silent. Few module runs matter: each costs a Python start and a
 Node list, and on a 2-core machine takes CPU from the cluster it waits for. Without ``wait`` it
 runs the module once.
 """
@@ -21,6 +22,8 @@ from ansible.utils.display import Display
 
 display = Display()
 MACHINE_READABLE_CALLBACKS = ("json", "jsonl", "ansible.posix.json", "ansible.posix.jsonl")
+# Seconds between progress lines at most (each module run polls this long, then returns).
+PROGRESS_EVERY = 25.0
 
 
 class ActionModule(ActionBase):
@@ -47,14 +50,15 @@ class ActionModule(ActionBase):
         since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         deadline = None
         last = None
+        last_said = started
         polls = 0
         cp_requests = 0
         while True:
             # each run polls up to 60 s; the first one caps that at the limit itself (it reads
             # bcd_join_timeout and counts the Nodes), and its answer gives the limit for later runs
-            slice_s = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic() - interval))
-            res = self._poll({**args, "timeout": timeout, "refusals": True, "since": since}, task_vars, diagnose=False, poll_for=slice_s,
-                             interval=interval)
+            slice_s = PROGRESS_EVERY if deadline is None else max(0.0, min(PROGRESS_EVERY, deadline - time.monotonic() - interval))
+            res = self._poll({**args, "timeout": timeout, "refusals": True, "since": since}, task_vars, diagnose=False,
+                             poll_for=slice_s, interval=interval)
             polls += res.get("polls", 1)
             if res.get("failed"):
                 return res
@@ -71,9 +75,12 @@ class ActionModule(ActionBase):
                            msg=f"{len(lines)} of {want} selected nodes were refused by the control plane (not waiting "
                                f"out the {limit}s timeout):\n" + "\n".join(lines))
                 return res
-            if have != last:
-                display.display(f"{host}: {have} of {want} nodes report to the control plane", stderr=to_stderr)
-                last = have
+            now = time.monotonic()
+            if have != last or now - last_said >= PROGRESS_EVERY - 1:
+                display.display(f"{host}: {have} of {want} nodes report to the control plane (waited {now - started:.0f}s "
+                                f"of {limit}s; {'the timeout option' if timeout else 'bcd_join_timeout'} sets the limit)",
+                                stderr=to_stderr)
+                last, last_said = have, now
             if have == want:
                 res.update(changed=False, polls=polls, cp_requests=cp_requests, waited=round(time.monotonic() - started, 1))
                 return res

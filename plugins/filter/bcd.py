@@ -1,6 +1,14 @@
-"""Filters for bcd-ansible's reports."""
+"""Filters for bcd-ansible's reports and for the GPU operator's ClusterPolicy."""
 
 from __future__ import annotations
+
+import re
+
+# The GPU operator's toolkit env entries gpu_stack sets to "false" (NVIDIA container toolkit:
+# accept-nvidia-visible-devices-envvar-when-unprivileged and -as-volume-mounts).
+TOOLKIT_ENV_FALSE = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+TOOLKIT_ENV_FALSE_WHEN_SET = "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"
+GO_FALSE = ("0", "f", "F", "false", "FALSE", "False")
 
 
 def bcd_report_row(node: dict, width: int = 20, id_width: int = 31) -> str:
@@ -17,6 +25,56 @@ def bcd_report_row(node: dict, width: int = 20, id_width: int = 31) -> str:
     return line
 
 
+def bcd_toolkit_env(env: list | None) -> list:
+    """``spec.toolkit.env`` of a ClusterPolicy with the toolkit taking devices by CDI only.
+
+    The same list when it already holds exactly one ``ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED``
+    entry "false" and no ``ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS`` that is not false; else
+    the other entries in their order, a volume-mounts entry (when there was one) "false", and the
+    envvar entry "false" last. An absent volume-mounts entry stays absent (the toolkit's default is false).
+    """
+    env = [e for e in (env or []) if isinstance(e, dict)]
+    envvar = [e.get("value") for e in env if e.get("name") == TOOLKIT_ENV_FALSE]
+    volume = [e.get("value") for e in env if e.get("name") == TOOLKIT_ENV_FALSE_WHEN_SET]
+    if envvar == ["false"] and all(str(v) in GO_FALSE for v in volume):
+        return env
+    out = [e for e in env if e.get("name") not in (TOOLKIT_ENV_FALSE, TOOLKIT_ENV_FALSE_WHEN_SET)]
+    if volume:
+        out.append({"name": TOOLKIT_ENV_FALSE_WHEN_SET, "value": "false"})
+    return [*out, {"name": TOOLKIT_ENV_FALSE, "value": "false"}]
+
+
+_CONFLICTS = re.compile(r'conflicts? with "(?P<manager>[^"]+)"(?: using (?P<api>\S+?))?(?::|\s*$)')
+
+
+def bcd_apply_conflicts(message: str | None, as_text: bool = False) -> list[dict] | str:
+    """The field managers and fields of a server-side apply conflict (HTTP 409), from the API
+    server's message (``Apply failed with 2 conflicts: conflicts with "helm" using nvidia.com/v1:
+    - .spec.devicePlugin.enabled ...``): ``[{"manager": "helm", "fields": [".spec.devicePlugin.enabled"]}]``;
+    ``[]`` when the message is no apply conflict. ``as_text``: one string instead,
+    ``helm (.spec.devicePlugin.enabled, .spec.cdi.enabled); <manager> (...)``, empty when none."""
+    text = (message or "").replace("\\n", "\n").replace('\\"', '"')
+    out: list[dict] = []
+    current = None
+    for line in re.split(r"\n|(?=conflicts? with \")", text):
+        m = _CONFLICTS.search(line)
+        if m:
+            current = next((c for c in out if c["manager"] == m["manager"]), None)
+            if current is None:
+                current = {"manager": m["manager"], "fields": []}
+                out.append(current)
+            rest = line[m.end():]
+            current["fields"].extend(re.findall(r"(\.[A-Za-z0-9_.\[\]=\\-]+)", rest))
+            continue
+        field = re.match(r"\s*-\s*(\.\S+)", line)
+        if field and current is not None:
+            current["fields"].append(field.group(1).rstrip("',\"}"))
+    if as_text:
+        return "; ".join(f"{c['manager']} ({', '.join(c['fields'])})" for c in out)
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"bcd_report_row": bcd_report_row}
+        return {"bcd_report_row": bcd_report_row, "bcd_toolkit_env": bcd_toolkit_env,
+                "bcd_apply_conflicts": bcd_apply_conflicts}

@@ -63,6 +63,8 @@ VERDICTS = (ISOLATED, EXPOSED, UNVERIFIABLE)
 KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 VOLUME_KEY = "accept-nvidia-visible-devices-as-volume-mounts"
 OPERATOR_ENV = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+# The operator's toolkit env that writes VOLUME_KEY: true there is exposure, as the key is on a node.
+OPERATOR_VOLUME_ENV = "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"
 # Go's strconv.ParseBool false values: what the operator's toolkit container accepts as false.
 GO_FALSE = ("0", "f", "F", "false", "FALSE", "False")
 BCD_DRA_DRIVER = "gpu.bcd.dev"
@@ -1073,6 +1075,17 @@ def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
                 "the toolkit's config.toml, so unprivileged pods can take GPUs through NVIDIA_VISIBLE_DEVICES.",
                 f"add {OPERATOR_ENV}=\"false\" to spec.toolkit.env, keeping the other entries (ansible-playbook "
                 "gpu-stack.yml)",
+            ))
+        volume = _env_value(toolkit.get("env") or [], OPERATOR_VOLUME_ENV)
+        if volume is not None and str(volume) not in GO_FALSE:
+            # unset is the toolkit's default (false); anything but a Go false may turn it on
+            out.append(finding(
+                EXPOSED, "operator-toolkit-volume-mounts", where,
+                f"{where} runs the operator's toolkit with {OPERATOR_VOLUME_ENV} {volume!r}: it writes {VOLUME_KEY} = "
+                "true into the toolkit's config.toml, so a pod can take GPUs by mounting "
+                "/var/run/nvidia-container-devices/<device>.",
+                f"set {OPERATOR_VOLUME_ENV}=\"false\" in spec.toolkit.env, or remove it (ansible-playbook gpu-stack.yml "
+                "sets it false)",
             ))
     if operator_mode and cdi.get("enabled") is not True:
         out.append(finding(

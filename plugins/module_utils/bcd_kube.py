@@ -24,8 +24,31 @@ class KubeError(Exception):
         self.status = status
 
 
+def kubeconfig_files(kubeconfig: str | None = None) -> list[str]:
+    """The kubeconfig file(s) a client reads: ``kubeconfig``, else each path of $KUBECONFIG, else ~/.kube/config."""
+    import os
+
+    if kubeconfig:
+        return [os.path.expanduser(kubeconfig)]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
+    return [os.path.expanduser("~/.kube/config")]
+
+
+def describe_source(kubeconfig: str | None, context: str | None, server: str | None = None) -> str:
+    """``kubeconfig <file(s)>, context <name>[, server <url>]``: where a connection came from."""
+    files = ", ".join(kubeconfig_files(kubeconfig))
+    out = f"kubeconfig {files}, context {context or '(current context)'}"
+    return out + (f", server {server}" if server else "")
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None):
-    """An ApiClient from ``kubeconfig``/``context`` (else $KUBECONFIG or ~/.kube/config, else in-cluster)."""
+    """An ApiClient from ``kubeconfig``/``context`` (else $KUBECONFIG or ~/.kube/config, else in-cluster).
+
+    The client carries ``bcd_source`` (:func:`describe_source`: the kubeconfig file(s), the context
+    actually used and its server), which :class:`Kube` puts in every connection error.
+    """
     from kubernetes import config
     from kubernetes.client.api_client import ApiClient
     from kubernetes.client.configuration import Configuration
@@ -33,15 +56,25 @@ def api_client(kubeconfig: str | None = None, context: str | None = None):
 
     try:
         if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig, context=context)
-        try:
-            return config.new_client_from_config(context=context)
-        except ConfigException:
-            cfg = Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-            return ApiClient(configuration=cfg)
+            client = config.new_client_from_config(config_file=kubeconfig, context=context)
+        else:
+            try:
+                client = config.new_client_from_config(context=context)
+            except ConfigException:
+                cfg = Configuration()
+                config.load_incluster_config(client_configuration=cfg)
+                client = ApiClient(configuration=cfg)
+                client.bcd_source = f"in-cluster service account, server {cfg.host}"
+                return client
     except (ConfigException, OSError, TypeError, ValueError) as exc:
-        raise KubeError(f"cannot load the kubeconfig {kubeconfig or '(default)'}{' context ' + context if context else ''}: {exc}") from None
+        raise KubeError(f"cannot load the Kubernetes configuration ({describe_source(kubeconfig, context)}): {exc}") from None
+    if context is None:
+        try:
+            context = (config.list_kube_config_contexts(config_file=kubeconfig)[1] or {}).get("name")
+        except Exception:  # noqa: BLE001 - the name is for messages only; the client loaded
+            context = None
+    client.bcd_source = describe_source(kubeconfig, context, client.configuration.host)
+    return client
 
 
 class Kube:
@@ -54,6 +87,8 @@ class Kube:
     def __init__(self, client):
         self.client = client
         self.requests = 0
+        # kubeconfig file(s), context and server (api_client sets it), named in connection errors
+        self.source = getattr(client, "bcd_source", None)
 
     def request(self, method: str, path: str, query: dict | None = None, body: object = None,
                 content_type: str = "application/json", timeout: float = 60.0):
@@ -68,7 +103,8 @@ class Kube:
             resp = self.client.call_api(method, url, header_params=hdrs, body=data, _request_timeout=timeout)
             raw = resp.read()
         except Exception as exc:  # noqa: BLE001 - urllib3/SSL/socket errors: one line, never a traceback
-            raise KubeError(f"{method} {path}: cannot reach the Kubernetes API: {exc}") from None
+            where = f" ({self.source})" if self.source else ""
+            raise KubeError(f"{method} {path}: cannot reach the Kubernetes API{where}: {exc}") from None
         doc = None
         if raw:
             try:
@@ -77,6 +113,9 @@ class Kube:
                 doc = None
         if not 200 <= resp.status < 300:
             message = (doc or {}).get("message") if isinstance(doc, dict) else None
+            if resp.status == 401 and self.source:
+                # the credentials of this kubeconfig context were refused: say which ones
+                message = f"{message or resp.reason} ({self.source})"
             raise KubeError(f"{method} {path}: Kubernetes API {resp.status}: {message or resp.reason}", status=resp.status)
         return doc
 
@@ -169,19 +208,51 @@ def slim_pod(pod: dict) -> dict:
     spec = pod.get("spec") or {}
     out_meta = _pick(meta, ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp"))
     out_meta["ownerReferences"] = [_pick(o, ("kind", "name", "uid")) for o in meta.get("ownerReferences") or []]
+    out_spec = {"nodeName": spec.get("nodeName"),
+                "containers": [_pick(c, ("name", "image")) for c in spec.get("containers") or []]}
+    if not spec.get("nodeName") and target_node(pod):
+        out_spec["affinity"] = (spec.get("affinity") or {})  # the Node an unscheduled DaemonSet pod is for
     return {
         "metadata": out_meta,
-        "spec": {"nodeName": spec.get("nodeName"),
-                 "containers": [_pick(c, ("name", "image")) for c in spec.get("containers") or []]},
+        "spec": out_spec,
         "status": _pick(pod.get("status"), ("phase", "reason", "message", "conditions", "initContainerStatuses",
                                            "containerStatuses")),
     }
 
 
 def slim_node(node: dict) -> dict:
-    """The name, labels and conditions of a Node (what selection and :func:`node_ready` read)."""
+    """The name, labels, conditions and allocatable resources of a Node (what selection,
+    :func:`node_ready` and the capacity check read)."""
+    status = node.get("status") or {}
     return {"metadata": _pick(node.get("metadata"), ("name", "labels", "uid")),
-            "status": {"conditions": (node.get("status") or {}).get("conditions") or []}}
+            "status": {"conditions": status.get("conditions") or [], "allocatable": status.get("allocatable") or {}}}
+
+
+def target_node(pod: dict) -> str | None:
+    """The Node a pod runs on (``spec.nodeName``) or, before it is scheduled, the one it is for:
+    the DaemonSet controller ties each of its pods to one Node with a required node affinity
+    ``matchFields`` on ``metadata.name`` (https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/#how-daemon-pods-are-scheduled)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return spec["nodeName"]
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(field.get("values") or []) == 1:
+                return field["values"][0]
+    return None
+
+
+def unschedulable(pod: dict) -> str | None:
+    """Why the scheduler has not placed a pod (its PodScheduled condition False: reason and
+    message, such as ``Unschedulable: 0/4 nodes are available: 1 Insufficient memory``), or None."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for c in ((pod.get("status") or {}).get("conditions") or []):
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason') or 'Unschedulable'}: {c.get('message') or 'no reason given'}"
+    return None
 
 
 def pod_ready(pod: dict | None) -> bool:

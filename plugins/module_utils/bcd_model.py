@@ -110,6 +110,41 @@ class ConfigError(Exception):
         self.lines = lines
 
 
+class _AtKey(ValueError):
+    """A problem with one key of a mapping: ``_lines`` reports it at ``<variable>."<key>"``."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def not_a_string_scalar(v: Any) -> str | None:
+    """Why ``v`` (a label or annotation value, or a toleration value) is not the string it must
+    be, when YAML 1.1 made a boolean or number of it; None for anything else.
+
+    An unquoted ``yes``, ``on`` or ``true`` reaches Ansible as a boolean and ``1.10`` as the
+    number 1.1: turning them back into text would guess, and could select other Nodes."""
+    if isinstance(v, bool):
+        return (f"{v!r} is a YAML boolean (an unquoted yes, no, on, off, true or false), not a string; "
+                'quote it as the label (or taint) has it ("yes")')
+    if isinstance(v, (int, float)):
+        return (f"{v!r} is a YAML number, not a string (an unquoted 1.10 reads as 1.1, 010 as 8); "
+                f'quote it as the label (or taint) has it ("{v}")')
+    return None
+
+
+# A list or mapping variable set from an INI inventory ([group:vars] values) or with
+# -e key=value arrives as a string: say so, and where a list or mapping can be written.
+STRING_FOR_STRUCTURE = (
+    "; got a string (an INI inventory and -e key=value give every value as a string): set it in a "
+    "YAML inventory (hosts.yml, group_vars/ or host_vars/) or pass it with -e @file.yml or as JSON (-e '{{\"{name}\": ...}}')"
+)
+
+
+def string_for_structure(name: str) -> str:
+    return STRING_FOR_STRUCTURE.format(name=name)
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -143,6 +178,20 @@ def check_label_value(v: str) -> str:
     if not isinstance(v, str) or (v and (len(v) > 63 or not LABEL_NAME.match(v))):
         raise ValueError(f"label value {_show(v)} must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)")
     return v
+
+
+def label_map(v: dict) -> dict[str, str]:
+    """A mapping of label (or annotation) key to string value, checked key by key; a YAML
+    boolean or number as a value is refused at its key (never turned into text)."""
+    out = {}
+    for k, val in v.items():
+        why = not_a_string_scalar(val)
+        if why:
+            raise _AtKey(str(k), why)
+        if not isinstance(val, str):
+            raise _AtKey(str(k), f"{_show(val)} must be a string")
+        out[check_label_key(k)] = check_label_value(val)
+    return out
 
 
 def check_https_url(v: str, with_path: bool = True) -> str:
@@ -243,6 +292,14 @@ class Toleration(_Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     tolerationSeconds: int | None = None
 
+    @field_validator("value", mode="before")
+    @classmethod
+    def _value(cls, v: Any) -> Any:
+        why = not_a_string_scalar(v)
+        if why:
+            raise ValueError(why)
+        return v
+
     @model_validator(mode="after")
     def _rules(self) -> Toleration:
         if self.key:
@@ -273,7 +330,8 @@ class Resources(_Strict):
         if v is None:
             return {}
         if not isinstance(v, dict):
-            raise ValueError("must be a mapping of resource name (cpu, memory, ephemeral-storage) to quantity")
+            raise ValueError("must be a mapping of resource name (cpu, memory, ephemeral-storage) to quantity"
+                             + (string_for_structure("bcd_resources") if isinstance(v, str) else ""))
         out = {}
         for name, q in v.items():
             if name not in RESOURCE_NAMES:
@@ -301,6 +359,8 @@ class Resources(_Strict):
 def _paths_before(presets: dict, what: str):
     def convert(v: Any) -> Any:
         if isinstance(v, str):
+            if v.lstrip().startswith(("{", "[")):
+                raise ValueError("must be a preset name or a mapping {files, dirs}" + string_for_structure(what))
             if v not in presets:
                 raise ValueError(f"unknown preset {_show(v)}; expected {', '.join(presets)} or {{files, dirs}}")
             return {"preset": v, **presets[v]}
@@ -397,6 +457,9 @@ class Inventory(BaseModel):
     bcd_namespace: str = "bcd-system"
     bcd_name: str = "bcd"
     bcd_create_namespace: bool = True
+    # Take over bcd's ConfigMap and DaemonSet from a client-side kubectl apply (what the render
+    # does not have is removed); false: stop, naming the object and the other manager.
+    bcd_adopt_foreign_objects: bool = True
     bcd_node_selector: dict[str, str] = Field(default_factory=dict)
     bcd_tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(operator="Exists")])
     bcd_priority_class_name: str | None = "system-node-critical"
@@ -432,9 +495,16 @@ class Inventory(BaseModel):
     bcd_gpu_isolation_enforce: bool = True
     # adopt-cluster.yml configures GPU isolation (gpu_stack role) before its gate; false: check only.
     bcd_gpu_stack_configure: bool = True
+    # Take the ClusterPolicy fields another field manager (Helm, a GitOps controller) owns with
+    # other values; false: stop and name the manager and the fields.
+    bcd_gpu_stack_force_conflicts: bool = False
     bcd_join_timeout: Duration | None = None
     bcd_rollout_timeout: Duration | None = None
     bcd_render_out: str | None = None
+    # render.yml: the file's format (a v1 List in JSON, or one YAML document per object), and
+    # whether a file with other content may be replaced (the same content is always a no-op).
+    bcd_render_format: Literal["json", "yaml"] = "json"
+    bcd_render_force: bool = False
     bcd_join_secret_out: str | None = None
     bcd_report_out: str | None = None
     bcd_node_root: str | None = None
@@ -563,20 +633,17 @@ class Inventory(BaseModel):
         if v is None:
             return {}
         if not isinstance(v, dict):
-            raise ValueError("must be a mapping of label key to value, such as {nvidia.com/gpu.present: 'true'}")
-        out = {}
-        for k, val in v.items():
-            if isinstance(val, bool):
-                val = "true" if val else "false"
-            if not isinstance(val, str):
-                raise ValueError(f"the value of {k!r} must be a string")
-            out[check_label_key(k)] = check_label_value(val)
-        return out
+            raise ValueError("must be a mapping of label key to value, such as {nvidia.com/gpu.present: 'true'}"
+                             + (string_for_structure("bcd_node_selector") if isinstance(v, str) else ""))
+        return label_map(v)
 
     @field_validator("bcd_kubelet_credentials", mode="before")
     @classmethod
     def _kubelet_preset(cls, v: Any) -> Any:
         if isinstance(v, str):
+            if v.lstrip().startswith(("{", "[")):
+                raise ValueError("must be a preset name or a mapping {kubeconfig, certificate_dirs}"
+                                 + string_for_structure("bcd_kubelet_credentials"))
             if v not in KUBELET_PRESETS:
                 raise ValueError(f"unknown preset {_show(v)}; expected {', '.join(KUBELET_PRESETS)} or {{kubeconfig, certificate_dirs}}")
             return {"preset": v, **KUBELET_PRESETS[v]}
@@ -655,7 +722,8 @@ class Inventory(BaseModel):
         if v is None:
             return {}
         if not isinstance(v, dict):
-            raise ValueError("must be a mapping of Node name to the directory holding that node's files, such as {gpu-node-1: /srv/collected/gpu-node-1}")
+            raise ValueError("must be a mapping of Node name to the directory holding that node's files, such as {gpu-node-1: /srv/collected/gpu-node-1}"
+                             + (string_for_structure("bcd_node_roots") if isinstance(v, str) else ""))
         for name, path in v.items():
             check_dns_subdomain(name)
             if not isinstance(path, str) or not path.strip() or "\0" in path:
@@ -749,6 +817,7 @@ _FRIENDLY = {
     "too_short": None,
     "too_long": None,
 }
+_STRUCTURES = ("dict_type", "model_type", "model_attributes_type", "list_type")
 KNOWN_VARIABLES = tuple(Inventory.model_fields)
 
 
@@ -764,7 +833,8 @@ def _path(loc: tuple) -> str:
 
 def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
     lines = []
-    for err in exc.errors(include_input=False, include_url=False):
+    # The input is read only for its type (a string where a list or mapping belongs), never shown.
+    for err in exc.errors(include_input=True, include_url=False):
         loc = tuple(err["loc"])
         etype = err["type"]
         msg = err["msg"]
@@ -780,6 +850,12 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
             for var, m in err["ctx"]["error"].problems:
                 lines.append(f"INVALID_CONFIG: {var}: {m}")
             continue
+        elif etype == "value_error" and isinstance(err.get("ctx", {}).get("error"), _AtKey):
+            key = err["ctx"]["error"].key
+            lines.append(f'INVALID_CONFIG: {_path(loc)}."{key}": {err["ctx"]["error"]}')
+            continue
+        elif etype in _STRUCTURES and isinstance(err.get("input"), str):
+            msg = _FRIENDLY[etype] + string_for_structure(str(loc[0]) if loc else "bcd_...")
         elif _FRIENDLY.get(etype):
             msg = _FRIENDLY[etype]
         elif etype == "literal_error":

@@ -53,6 +53,21 @@ def refuse_existing(module, inv: Inventory, names: list[str]) -> None:
         module.fail_json(msg="\n".join(existing), errors=existing)
 
 
+def refuse_missing(module, inv: Inventory, names: list[str]) -> None:
+    """Fail (INVALID_CONFIG) when a variable in ``names`` names a file that does not exist (the
+    cluster's kubeconfig): said at validation, before anything is reached or changed."""
+    import os
+
+    missing = []
+    for name in names:
+        target = getattr(inv, name, None)
+        if target and not os.path.exists(target):
+            missing.append(f"INVALID_CONFIG: {name}: {target} does not exist; name an existing file"
+                           + (" (or leave it unset for $KUBECONFIG or ~/.kube/config)" if name == "bcd_kubeconfig" else ""))
+    if missing:
+        module.fail_json(msg="\n".join(missing), errors=missing)
+
+
 def label_selector(inv: Inventory) -> str:
     """``bcd_node_selector`` as a label selector string (``k=v,k2=v2``); empty selects every node."""
     return ",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items()))
@@ -126,3 +141,24 @@ def write_new_file(path: str, data: bytes, mode: int) -> bool:
     finally:
         os.unlink(tmp)
     return True
+
+
+def replace_file(path: str, data: bytes, mode: int) -> None:
+    """Replace the file at ``path`` with ``data`` whole (a temporary file in the same directory,
+    renamed over it), created with ``mode``: a reader sees the old file or the new one."""
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".bcd-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -295,3 +295,23 @@ def as_list(objects: list[dict]) -> dict:
 def dumps(obj: dict) -> str:
     """Deterministic JSON: two-space indent, keys in render order, a final newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def dumps_yaml(objects: list[dict]) -> str:
+    """Deterministic multi-document YAML (one document per object, keys in render order), for
+    GitOps repositories: multi-line strings such as ``config.toml`` as literal block scalars, so
+    a diff of the file is a diff of the TOML. Loads back (``yaml.safe_load_all``) to ``objects``."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper, data):
+        # a literal block keeps the text exactly; PyYAML falls back to a quoted scalar by itself
+        # for text a block cannot hold (trailing spaces, tabs), so the round trip is always exact
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    _Dumper.add_representer(str, _str)
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, explicit_start=True,
+                         default_flow_style=False, allow_unicode=True, width=4096)

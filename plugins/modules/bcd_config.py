@@ -26,6 +26,13 @@ options:
     type: list
     elements: str
     default: []
+  existing_files:
+    description:
+      - Variables naming files this playbook reads, which must exist (C(bcd_kubeconfig) for a
+        playbook that reaches the cluster); a missing one is INVALID_CONFIG, before anything runs.
+    type: list
+    elements: str
+    default: []
   new_files:
     description:
       - Variables naming files this playbook will create; each must not exist yet (checked on
@@ -79,6 +86,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     label_selector,
     refuse_existing,
+    refuse_missing,
 )
 
 
@@ -88,11 +96,13 @@ def main() -> None:
             "config": CONFIG_OPTION,
             "required": {"type": "list", "elements": "str", "default": []},
             "new_files": {"type": "list", "elements": "str", "default": []},
+            "existing_files": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     inv = inventory(module, tuple(module.params["required"]))
     refuse_existing(module, inv, module.params["new_files"])
+    refuse_missing(module, inv, module.params["existing_files"])
     module.exit_json(
         changed=False,
         config=inv.public(),

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_daemonset_wait: wait for bcd's DaemonSet to roll out; fail at once on a refused join."""
 
 from __future__ import annotations
@@ -6,6 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bcd_daemonset_wait
+version_added: 1.0.0
 short_description: Wait for bcd's DaemonSet to roll out, failing within seconds when a pod cannot start
 description:
   - Waits as C(kubectl rollout status) does - the DaemonSet controller has seen the latest
@@ -22,11 +25,29 @@ description:
     is deleted once, so that the DaemonSet controller replaces it and it joins now; only a join
     that fails during the wait counts as refused.
   - Fails at O(timeout) with the counts and each Node whose pod is not Ready and its state.
+  - Through the action plugin of the same name, prints a progress line (pods updated and
+    available of desired, the time waited, the limit and the variable that sets it) when the
+    counts change and at least every 25 seconds, so a long wait is never silent.
   - Changes nothing else (and nothing in check mode).
 options:
   timeout:
-    description: Seconds to wait (default C(bcd_rollout_timeout), else 120 + 2 per desired pod).
+    description: Seconds to wait (default C(bcd_rollout_timeout), else 120 + 2 per node of O(nodes)).
     type: int
+  nodes:
+    description: The number of selected Nodes (for the default timeout; default the DaemonSet's desired pods).
+    type: int
+  poll_for:
+    description:
+      - Internal to the action plugin. Seconds this run waits before it returns with RV(done) false
+        (it returns sooner when the counts change); unset, it waits until done or O(timeout).
+    type: float
+  since:
+    description: Internal to the action plugin. When the wait began (RFC 3339); a join that failed before is stale.
+    type: str
+  elapsed:
+    description: Internal to the action plugin. Seconds waited by earlier runs of the same wait.
+    type: float
+    default: 0
   interval:
     description: Seconds between reads of the DaemonSet.
     type: float
@@ -38,13 +59,17 @@ options:
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
   diff_mode:
     support: none
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -72,6 +97,30 @@ waited:
   description: Seconds waited.
   returned: always
   type: float
+done:
+  description: Whether the DaemonSet rolled out (false only when O(poll_for) ended this run first).
+  returned: success
+  type: bool
+desired:
+  description: C(status.desiredNumberScheduled).
+  returned: success
+  type: int
+updated:
+  description: C(status.updatedNumberScheduled).
+  returned: success
+  type: int
+available:
+  description: C(status.numberAvailable).
+  returned: success
+  type: int
+timeout:
+  description: The wait's limit in seconds.
+  returned: success
+  type: int
+since:
+  description: When the wait began (RFC 3339), for the next run of the same wait.
+  returned: success
+  type: str
 """
 
 import datetime
@@ -141,28 +190,37 @@ def main() -> None:
             "config": CONFIG_OPTION,
             **KUBE_OPTIONS,
             "timeout": {"type": "int"},
+            "nodes": {"type": "int"},
             "interval": {"type": "float", "default": 1},
             "pods_every": {"type": "float", "default": 3},
+            "poll_for": {"type": "float"},
+            "since": {"type": "str"},
+            "elapsed": {"type": "float", "default": 0},
         },
         supports_check_mode=True,
     )
     inv = inventory(module)
     api = kube(module, inv)
     where = f"DaemonSet {inv.bcd_namespace}/{inv.bcd_name}"
-    started = time.monotonic()
+    run_started = time.monotonic()
+    started = run_started - module.params["elapsed"]
+    poll_for = module.params["poll_for"]
     interval = max(module.params["interval"], 0.2)
     pods_every = max(module.params["pods_every"], interval)
     pods_at = 0.0
     timeout = None
     ds: dict = {}
     pods: dict[str, dict] = {}
-    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = module.params["since"] or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     restarted: set[str] = set()
+    first_counts = None
 
-    def done(**kw):
+    def done(finished: bool = True, **kw):
         status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
         module.exit_json(changed=bool(restarted), status=status, waited=round(time.monotonic() - started, 1),
-                         restarted=sorted(restarted), **kw)
+                         restarted=sorted(restarted), done=finished, desired=status["desiredNumberScheduled"],
+                         updated=status["updatedNumberScheduled"], available=status["numberAvailable"],
+                         timeout=timeout, since=since, **kw)
 
     try:
         while True:
@@ -170,7 +228,7 @@ def main() -> None:
             if not ds:
                 module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], waited=0.0)
             if timeout is None:
-                want = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+                want = module.params["nodes"] or int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
                 timeout = module.params["timeout"] or inv.bcd_rollout_timeout or (120 + 2 * want)
             if rolled_out(ds):
                 done(failed_nodes=[])
@@ -211,6 +269,11 @@ def main() -> None:
                         f"{status.get('updatedNumberScheduled') or 0} updated (bcd_rollout_timeout sets the wait){lines}",
                     failed_nodes=slow, status={k: int(status.get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1))
+            counts = tuple(int((ds.get("status") or {}).get(k) or 0) for k in COUNTS)
+            first_counts = first_counts or counts
+            # under the action plugin, return to it in time for its next progress line
+            if poll_for is not None and (time.monotonic() - run_started + interval > poll_for or counts != first_counts):
+                done(finished=False, failed_nodes=[])
             time.sleep(interval)
     except KubeError as exc:
         module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[],

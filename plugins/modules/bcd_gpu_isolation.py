@@ -222,6 +222,9 @@ settings:
     enforce:
       description: C(bcd_gpu_isolation_enforce).
       type: bool
+    force_conflicts:
+      description: C(bcd_gpu_stack_force_conflicts).
+      type: bool
     report_out:
       description: C(bcd_report_out), or null.
       type: str
@@ -345,7 +348,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kub
 VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
     "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
-    "bcd_nvidia_runtime_class", "bcd_gpu_api",
+    "bcd_nvidia_runtime_class", "bcd_gpu_api", "bcd_gpu_stack_force_conflicts",
 )
 SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
@@ -372,6 +375,7 @@ def _settings(module) -> dict:
         "node_selector": dict(inv.bcd_node_selector),
         "label_selector": ",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items())),
         "enforce": inv.bcd_gpu_isolation_enforce,
+        "force_conflicts": inv.bcd_gpu_stack_force_conflicts,
         "report_out": absolute(inv.bcd_report_out),
         "node_root": absolute(inv.bcd_node_root),
         "node_roots": {k: absolute(v) for k, v in inv.bcd_node_roots.items()},

@@ -19,8 +19,9 @@ description:
     from TypeScript) describes them. Details the seed leaves open are in C(docs/bcd-contract.yml).
   - The same inputs always render byte-identical output. Only a change of C(config.toml) moves
     the pod annotation C(bcd.dev/config-sha256).
-  - Mints no token and touches no cluster. With O(dest), writes the objects as one C(v1) C(List)
-    (JSON) to a new file.
+  - Mints no token and touches no cluster. With O(dest), writes the objects to a file, one C(v1)
+    C(List) in JSON, or with C(bcd_render_format=yaml) one YAML document per object (keys in
+    render order, multi-line strings such as C(config.toml) as literal block scalars).
   - Invalid input fails before anything is written, with one C(INVALID_CONFIG:) line per problem
     naming the variable and the rule.
 options:
@@ -35,17 +36,34 @@ options:
     type: list
     elements: str
     default: []
+  existing_files:
+    description:
+      - Variables naming files this playbook reads, which must exist (C(bcd_kubeconfig) for a
+        playbook that reaches the cluster); a missing one is INVALID_CONFIG, before anything runs.
+    type: list
+    elements: str
+    default: []
   new_files:
     description:
       - Variables naming files this playbook will create; each must not exist yet (see M(bcd.kubernetes.bcd_config)).
     type: list
     elements: str
     default: []
+  diff_kinds:
+    description:
+      - Kinds (C(ConfigMap), C(DaemonSet)) the caller knows are absent from the cluster, because
+        their namespace does not exist yet, so no server-side dry run can show them. In diff
+        mode each rendered object of these kinds is returned as a diff from nothing to the
+        object (YAML), and RV(changed) is true (they would be created).
+    type: list
+    elements: str
+    default: []
   dest:
     description:
-      - A new file to write the C(v1) C(List) to (mode 0644; the manifests hold no secret).
-      - An existing file is refused, unless it already holds exactly this render (then
-        nothing changes).
+      - The file to write the render to (mode 0644; the manifests hold no secret), in
+        C(bcd_render_format) (C(json), the default, or C(yaml)).
+      - A file that already holds exactly this render is left as it is (not changed). A file with
+        other content is refused, unless C(bcd_render_force) is true (then it is replaced whole).
     type: path
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
@@ -58,7 +76,8 @@ attributes:
     support: full
     details: In check mode O(dest) is not written; C(changed) says whether it would be.
   diff_mode:
-    support: none
+    support: partial
+    details: Only for O(diff_kinds).
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
@@ -111,6 +130,10 @@ dest:
   description: The file written (or that would be, in check mode).
   returned: when O(dest) is set
   type: str
+format:
+  description: The format of O(dest), C(json) or C(yaml) (C(bcd_render_format)).
+  returned: when O(dest) is set
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -119,12 +142,15 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     label_selector,
     refuse_existing,
+    refuse_missing,
+    replace_file,
     write_new_file,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import (
     CONFIG_HASH_ANNOTATION,
     as_list,
     dumps,
+    dumps_yaml,
     render,
 )
 
@@ -137,11 +163,14 @@ def main() -> None:
             "dest": {"type": "path"},
             "required": {"type": "list", "elements": "str", "default": []},
             "new_files": {"type": "list", "elements": "str", "default": []},
+            "existing_files": {"type": "list", "elements": "str", "default": []},
+            "diff_kinds": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     inv = inventory(module, tuple(module.params["required"]))
     refuse_existing(module, inv, module.params["new_files"])
+    refuse_missing(module, inv, module.params["existing_files"])
     try:
         with open(module.params["template"], encoding="utf-8") as handle:
             template_text = handle.read()
@@ -164,26 +193,44 @@ def main() -> None:
         "daemonset": ds,
         "config_sha256": ds["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
     }
+    preview = [o for o in objects if o["kind"] in module.params["diff_kinds"]]
+    if preview:
+        result["changed"] = True
+        if module._diff:
+            result["diff"] = [{
+                "before": "", "before_header": f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']} (absent)",
+                "after": dumps_yaml([o]), "after_header": f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']} (would be created)",
+            } for o in preview]
     dest = module.params["dest"]
     if dest:
-        data = dumps(as_list(objects)).encode("utf-8")
+        if inv.bcd_render_format == "yaml":
+            data = dumps_yaml(objects).encode("utf-8")
+        else:
+            data = dumps(as_list(objects)).encode("utf-8")
         result["dest"] = dest
+        result["format"] = inv.bcd_render_format
         try:
             with open(dest, "rb") as existing:
                 same = existing.read() == data
-            if not same:
-                module.fail_json(msg=f"bcd_render_out: {dest} exists; give a new file (an existing file is never overwritten)", dest=dest)
         except FileNotFoundError:
+            same = None
+        except OSError as exc:
+            module.fail_json(msg=f"bcd_render_out: cannot read {dest}: {exc.strerror}", dest=dest)
+        if same is False and not inv.bcd_render_force:
+            module.fail_json(msg=f"bcd_render_out: {dest} exists with other content; give a new file, or set "
+                                 "bcd_render_force: true to replace it", dest=dest)
+        if not same:
             result["changed"] = True
             if not module.check_mode:
                 try:
-                    write_new_file(dest, data, 0o644)
+                    if same is None:
+                        write_new_file(dest, data, 0o644)
+                    else:
+                        replace_file(dest, data, 0o644)
                 except FileExistsError:
                     module.fail_json(msg=f"bcd_render_out: {dest} appeared while rendering; give a new file", dest=dest)
                 except OSError as exc:
                     module.fail_json(msg=f"bcd_render_out: cannot write {dest}: {exc.strerror}", dest=dest)
-        except OSError as exc:
-            module.fail_json(msg=f"bcd_render_out: cannot read {dest}: {exc.strerror}", dest=dest)
     module.exit_json(**result)
 
 

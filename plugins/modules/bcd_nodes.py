@@ -23,6 +23,11 @@ description:
     reports or O(timeout) passes, printing progress (n of N) as nodes arrive, then fails naming
     each Node that did not report and why. A refused join (see O(refusals)) fails the wait
     within seconds, naming each refused Node and the reason, instead of waiting out the timeout.
+  - Without O(wait) or O(diagnose), warns about each selected Node whose allocatable CPU or
+    memory is below C(bcd_resources.requests) (the scheduler cannot place bcd's pod there).
+  - A bcd pod the scheduler cannot place is named with the scheduler's reason (its
+    C(PodScheduled) condition); a DaemonSet pod is tied to its Node before it is scheduled by a
+    required node affinity C(matchFields) on C(metadata.name).
   - Read-only.
 options:
   diagnose:
@@ -138,6 +143,11 @@ refused:
   description: With O(refusals), Node name -> why its join was refused.
   returned: success
   type: dict
+cluster:
+  description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
+  returned: success
+  type: str
+  sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
 polls:
   description: How many times this run listed the pool's nodes (1 unless O(poll_for) is set).
   returned: success
@@ -162,6 +172,8 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     selector,
     slim_node,
     slim_pod,
+    target_node,
+    unschedulable,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
@@ -171,6 +183,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     kube,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
 
 
 def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, dict]) -> dict[str, str]:
@@ -179,8 +192,9 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
                      keep=slim_pod)
     by_node = {}
     for pod in pods:
-        if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
-            by_node[pod["spec"]["nodeName"]] = pod
+        node_name = target_node(pod)  # a pending DaemonSet pod names its Node in its affinity
+        if node_name and not pod["metadata"].get("deletionTimestamp"):
+            by_node[node_name] = pod
     events = {}
     for ev in kube.list(path("events", namespace=inv.bcd_namespace), {"fieldSelector": "involvedObject.kind=Pod,type=Warning"}):
         key = ev["involvedObject"].get("name")
@@ -206,6 +220,10 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
         elif refused:
             c = refused[-1]
             reason = f"join refused: {c.get('reason')}: {c.get('message')}"
+        elif pod is not None and not pod["spec"].get("nodeName"):
+            why_not = unschedulable(pod)
+            reason = (f"pod {pod['metadata']['name']} cannot be scheduled on this Node: {why_not}" if why_not
+                      else f"pod {pod['metadata']['name']} is not scheduled yet")
         elif pod is not None and pod["metadata"]["name"] in events:
             reason = f"join refused or failing: {events[pod['metadata']['name']][1]}"
         elif node is not None and not node_ready(node):
@@ -248,6 +266,28 @@ def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None =
     return out
 
 
+def short_of_requests(inv, nodes: dict[str, dict]) -> list[str]:
+    """One line per selected Node whose allocatable CPU or memory is below bcd's requests
+    (``bcd_resources.requests``): the scheduler cannot place bcd's pod there."""
+    out = []
+    for name in sorted(nodes):
+        allocatable = (nodes[name].get("status") or {}).get("allocatable") or {}
+        short = []
+        for res in ("cpu", "memory"):
+            want, have = inv.bcd_resources.requests.get(res), allocatable.get(res)
+            if want is None or have is None:
+                continue
+            try:
+                if value(str(have)) < value(want):
+                    short.append(f"allocatable {res} {have} < request {want}")
+            except QuantityError:
+                continue
+        if short:
+            out.append(f"Node {name}: {', '.join(short)}: bcd's pod cannot be scheduled there (lower bcd_resources.requests, "
+                       "or free the Node's resources)")
+    return out
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -275,6 +315,9 @@ def main() -> None:
     except KubeError as exc:
         module.fail_json(msg=f"listing the selected Nodes: {exc}")
     names = sorted(k8s_nodes)
+    if not (module.params["wait"] or module.params["diagnose"] or module.params["poll_for"]):
+        for line in short_of_requests(inv, k8s_nodes):
+            module.warn(line)
     labels = {name: (n["metadata"].get("labels") or {}) for name, n in k8s_nodes.items()}
     wanted = set(names)
     started = time.monotonic()
@@ -341,8 +384,8 @@ def main() -> None:
         if o["name"] in refused:
             o["why"] = refused[o["name"]]
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
-                     refused=refused,
-                     join_timeout=inv.bcd_join_timeout, polls=polls, cp_requests=cp.requests, kube_requests=kube_api.requests)
+                     refused=refused, join_timeout=inv.bcd_join_timeout, polls=polls, cluster=kube_api.source,
+                     cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ description:
     (8 DELETE requests in flight at once) one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
     C(bcd_rollout_max_unavailable), a count or a percentage of the selected Nodes rounded up)
     and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
-    rolled Node has a Ready pod on the new revision and image, and its bcd node still reports
+    rolled Node is Ready and has a Ready pod on the new revision and image, and its bcd node still reports
     (not offline, no failing condition it did not have at the start) - and then stays so for
     C(bcd_rollout_soak) seconds (default 30, the same as the DaemonSet's C(minReadySeconds)), checked
     in full every max(2 O(interval), 1) seconds, so that a pod that turns Ready and then fails, or a node
@@ -485,8 +485,10 @@ class Rollout:
         except (KubeError, ControlPlaneError) as exc:
             return dict.fromkeys(nodes, f"cannot check: {exc}"), False, False
         self.listed = pods
-        problems: dict[str, str] = {}
+        problems: dict[str, str] = self.nodes_not_ready(nodes)
         for node in nodes:
+            if node in problems:
+                continue  # a Node that is not Ready is never healthy, whatever its pod says
             pod = pods.get(node)
             why = (fatal(pod) if pod is not None and pod_revision(pod) == revision else None)
             if why:
@@ -497,6 +499,25 @@ class Rollout:
             elif node not in timings:
                 timings[node] = round(time.monotonic() - timings.get("_stage", self.started), 1)
         return problems, False, True
+
+    def nodes_not_ready(self, nodes: list[str]) -> dict[str, str]:
+        """node -> why, for each of ``nodes`` whose Node is not Ready (or is gone): the pod's
+        Ready alone lags the Node's by up to the node monitor's grace period."""
+        try:
+            listed = {n["metadata"]["name"]: n for n in self.kube.list(
+                path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)}
+        except KubeError as exc:
+            return dict.fromkeys(nodes, f"cannot check: {exc}")
+        out = {}
+        for name in nodes:
+            node = listed.get(name)
+            if node is None:
+                out[name] = "the Node is gone (or no longer matches bcd_node_selector)"
+            elif not node_ready(node):
+                ready = next((c for c in node["status"]["conditions"] if c.get("type") == "Ready"), {})
+                detail = f" ({ready.get('reason')}: {ready.get('message')})" if ready.get("reason") else ""
+                out[name] = f"the Node is NotReady{detail}"
+        return out
 
     def gate(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict, timings: dict,
              expect_updated: int | None = None) -> dict[str, str]:

@@ -68,3 +68,57 @@ def test_example_inventory_renders_every_cluster(tmp_path):
     assert "/etc/nvidia-container-runtime" in paths["gpu-k3s"]
     assert "/var/lib/rancher/rke2/agent/etc/containerd/config.toml" in paths["gpu-rke2"]
     assert "/etc/kubernetes/kubelet.conf" in paths["gpu-kubeadm"]
+
+
+def test_render_yaml_documents_with_config_toml_as_a_block(tmp_path):
+    out_json, out_yaml = tmp_path / "out.json", tmp_path / "out.yaml"
+    for out, fmt in ((out_json, "json"), (out_yaml, "yaml")):
+        run = run_playbook("render.yml", "-i", "localhost,", "-c", "local", "-e", f"@{_vars(tmp_path)}",
+                           "-e", f"bcd_render_out={out}", "-e", f"bcd_render_format={fmt}")
+        assert run.returncode == 0, run.stdout[-2000:]
+    docs = list(yaml.safe_load_all(out_yaml.read_text()))
+    assert docs == json.loads(out_json.read_text())["items"]
+    text = out_yaml.read_text()
+    assert text.startswith("---\napiVersion: v1\nkind: Namespace\n") and text.count("\n---\n") == 2
+    assert "  config.toml: |\n    # config.toml of bcd" in text
+
+
+def test_render_same_content_is_a_no_op_other_content_needs_force(tmp_path):
+    out = tmp_path / "out.yaml"
+    args = ("render.yml", "-i", "localhost,", "-c", "local", "-e", f"@{_vars(tmp_path)}", "-e", f"bcd_render_out={out}",
+            "-e", "bcd_render_format=yaml")
+    assert run_playbook(*args).returncode == 0
+    first = out.read_text()
+    mtime = out.stat().st_mtime_ns
+    again = run_playbook(*args)
+    assert again.returncode == 0 and recap(again.stdout)["localhost"]["changed"] == 0 and out.stat().st_mtime_ns == mtime
+    other = run_playbook(*args, "-e", "bcd_log_level=debug")
+    assert other.returncode != 0 and "exists with other content" in other.stdout and "bcd_render_force" in other.stdout
+    assert out.read_text() == first
+    forced = run_playbook(*args, "-e", "bcd_log_level=debug", "-e", "bcd_render_force=true")
+    assert forced.returncode == 0 and recap(forced.stdout)["localhost"]["changed"] == 1, forced.stdout[-2000:]
+    assert 'log_level = "debug"' in out.read_text() and oct(out.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".bcd-")] == []
+
+
+def test_render_without_gpu_nodes_group_prints_no_warning(tmp_path):
+    run = run_playbook("render.yml", "-i", "localhost,", "-c", "local", "-e", f"@{_vars(tmp_path)}",
+                       "-e", f"bcd_render_out={tmp_path / 'out.json'}")
+    assert run.returncode == 0
+    text = run.stdout + run.stderr
+    assert "Could not match" not in text and "[WARNING]" not in text, text
+
+
+def test_readme_per_cluster_render_command_runs(tmp_path):
+    """README's render command, as written, on the example inventory (three clusters, a gpu_nodes group)."""
+    from tests.helpers import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if line.startswith("ansible-playbook render.yml"))
+    assert "-e 'bcd_render_out=out/{{ inventory_hostname }}.json'" in line
+    (tmp_path / "out").mkdir()
+    run = run_playbook("render.yml", "-i", "inventories/example", "-e",
+                       f"bcd_render_out={tmp_path}/out/{{{{ inventory_hostname }}}}.json")
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpu-k3s.json", "gpu-kubeadm.json", "gpu-rke2.json"]
+    assert "Could not match" not in run.stderr

@@ -1,0 +1,264 @@
+"""What operators meet on a real cluster (the sandbox), in file order on one sandbox:
+
+check mode before adoption shows the objects; a GPU Node too small for bcd's requests is named
+with the scheduler's reason (and warned about in preflight); the report names the kubeconfig and
+the context; diffs hide the server's bookkeeping; a Node that goes NotReady during a rollout
+stage fails the gate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.helpers import run_playbook
+
+pytestmark = [pytest.mark.sandbox]
+
+REPO = "registry.example.com/better-compute/bcd"
+NEXT_IMAGES = (f"{REPO}:0.5.0@sha256:{'e5' * 32}", f"{REPO}:0.6.0@sha256:{'f6' * 32}")
+BOOKKEEPING = re.compile(r'"?(managedFields|resourceVersion|creationTimestamp|uid)"?\s*:')
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _assert_progress(text: str, what: str, limit: int, variable: str) -> None:
+    """Progress lines of a wait: what it waits for, how far, the time waited, the limit and the
+    variable that sets it; one at least every 30 s until the limit."""
+    waited = [int(m.group(1)) for m in re.finditer(
+        rf"{what} \(waited (\d+)s of {limit}s; {variable} sets the limit\)", text)]
+    assert waited, text[-4000:]
+    gaps = [b - a for a, b in zip([0, *waited], [*waited, limit], strict=True)]
+    assert max(gaps) <= 30, (waited, gaps)
+
+
+def test_check_diff_before_adoption_shows_the_objects_that_would_be_created(sandbox, unadopted):
+    run = run_playbook("adopt-cluster.yml", "--check", "--diff")
+    out = run.stdout
+    assert run.returncode == 0, out[-3000:]
+    assert "ConfigMap bcd-system/bcd-config (would be created)" in out, out[-4000:]
+    assert "DaemonSet bcd-system/bcd (would be created)" in out
+    assert "+  config.toml: |" in out and "+kind: DaemonSet" in out
+    assert "would be created as rendered" not in out
+    core = k8s.CoreV1Api(sandbox.api_client())
+    assert "bcd-system" not in [ns.metadata.name for ns in core.list_namespace().items], "check mode created nothing"
+
+
+def test_a_node_too_small_for_bcd_is_warned_about_and_named_with_the_schedulers_reason(sandbox, cp, cpvars):
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    small = sandbox.gpu_node_names()[-1]
+    before = sandbox.set_node_allocatable(small, memory="64Mi")
+    try:
+        run = run_playbook("adopt-cluster.yml", "-e", "bcd_rollout_timeout=40", "-e", "bcd_join_timeout=20")
+    finally:
+        sandbox.set_node_allocatable(small, **before)
+    _assert_progress(run.stdout + run.stderr, r"waiting for the DaemonSet to roll out: \d+ of \d+ pods updated, \d+ available",
+                     40, "bcd_rollout_timeout")
+    out = _flat(run.stdout + run.stderr)
+    assert run.returncode != 0, out[-3000:]
+    assert f"Node {small}: allocatable memory 64Mi < request 128Mi" in out, out[-5000:]
+    m = re.search(rf"{re.escape(small)} [-\s]*<- pod (bcd-\S+) cannot be scheduled on this Node: Unschedulable: [^']*Insufficient memory",
+                  out)
+    assert m, out[-5000:]
+    assert "no bcd pod on this Node" not in out
+
+
+def test_the_node_wait_says_how_far_it_is_at_least_every_30_seconds(sandbox, cp, cpvars):
+    from sandbox.control_plane.admin import Admin
+
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    admin = Admin.for_sandbox(sandbox.dir)
+    refused = sandbox.gpu_node_names()[0]
+    admin.patch_faults({"refuseJoin": {refused: "maintenance window"}})
+    try:
+        run = run_playbook("adopt-cluster.yml", "-e", "bcd_join_timeout=65")
+    finally:
+        admin.patch_faults({"refuseJoin": None})
+    assert run.returncode != 0
+    _assert_progress(run.stdout + run.stderr, r"\d of \d nodes report to the control plane", 65, "bcd_join_timeout")
+
+
+def test_adoption_report_names_the_kubeconfig_and_the_context(sandbox):
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    kubeconfig = str(sandbox.kubeconfig)
+    out = _flat(run.stdout)
+    m = re.search(r"Cluster sandbox: kubeconfig (\S+), context (\S+), server (https://\S+?)['\",]", out)
+    assert m, out[-3000:]
+    assert m.group(1) == kubeconfig and m.group(3).rstrip("/") == sandbox.server.rstrip("/")
+
+
+def test_check_diff_of_an_adopted_cluster_hides_the_servers_bookkeeping(sandbox):
+    run = run_playbook("adopt-cluster.yml", "--check", "--diff", "-e", "bcd_log_level=debug")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert 'log_level = "debug"' in run.stdout
+    diffs = "\n".join(line for line in run.stdout.splitlines() if line.startswith(("+", "-")))
+    assert diffs and not BOOKKEEPING.search(diffs), BOOKKEEPING.search(diffs)
+
+
+def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox):
+    """The Node goes NotReady as soon as its new pod exists; the pod itself turns Ready."""
+    current = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    new = next(i for i in NEXT_IMAGES if i != current["spec"]["template"]["spec"]["containers"][0]["image"])
+    api = sandbox.api_client()
+    core = k8s.CoreV1Api(api)
+    marked: list[str] = []
+    stop = threading.Event()
+
+    def mark_first_rolled_node():
+        while not stop.is_set():
+            for pod in core.list_namespaced_pod("bcd-system", label_selector="app.kubernetes.io/name=bcd").items:
+                if pod.spec.node_name and pod.spec.containers[0].image == new:
+                    sandbox.set_node_not_ready(pod.spec.node_name)
+                    marked.append(pod.spec.node_name)
+                    return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=mark_first_rolled_node, daemon=True)
+    watcher.start()
+    try:
+        run = run_playbook("rollout.yml", "-e", f"bcd_image={new}", "-e", "bcd_rollout_gate_timeout=30")
+    finally:
+        stop.set()
+        watcher.join(5)
+        for name in marked:
+            sandbox.release_node(name)
+    out = _flat(run.stdout + run.stderr)
+    assert marked, "the rollout replaced no pod"
+    assert run.returncode != 0, out[-4000:]
+    assert f"{marked[0]}: the Node is NotReady (KubeletNotReady" in out, out[-4000:]
+    assert "rolled, healthy" not in out.split("Roll back")[0] or "rolled back" in out
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] != new, "rolled back to the previous render"
+
+
+def _helm_default_policy(sandbox) -> None:
+    """The ClusterPolicy put back to the operator chart's defaults by field manager helm, as a
+    `helm upgrade` does (device plugin on, CDI off, no toolkit env)."""
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    obj = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    obj["spec"]["devicePlugin"] = {"enabled": True}
+    obj["spec"]["cdi"] = {"enabled": False, "default": False}
+    obj["spec"]["toolkit"].pop("env", None)
+    obj["metadata"].pop("managedFields", None)
+    custom.replace_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy", obj, field_manager="helm")
+
+
+def _owners(sandbox) -> dict[str, str]:
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    obj = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    out = {}
+    for entry in obj["metadata"]["managedFields"]:
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:enabled" in (spec.get("f:devicePlugin") or {}):
+            out["devicePlugin.enabled"] = entry["manager"]
+    return out
+
+
+def test_clusterpolicy_fields_helm_owns_are_taken_only_when_forced(sandbox):
+    _helm_default_policy(sandbox)
+    assert _owners(sandbox) == {"devicePlugin.enabled": "helm"}
+    refused = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=false")
+    out = _flat(refused.stdout + refused.stderr)
+    assert refused.returncode != 0, out[-3000:]
+    m = re.search(r"ClusterPolicy/cluster-policy: fields owned by another field manager with other values: helm \(([^)]*)\)", out)
+    assert m, out[-3000:]
+    assert ".spec.devicePlugin.enabled" in m.group(1) and ".spec.cdi.enabled" in m.group(1)
+    assert "bcd_gpu_stack_force_conflicts: true" in out and "Helm values" in out
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    policy = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    assert policy["spec"]["devicePlugin"]["enabled"] is True, "nothing was changed"
+
+    forced = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=true")
+    assert forced.returncode == 0, forced.stdout[-3000:]
+    assert _owners(sandbox) == {"devicePlugin.enabled": "bcd-ansible"}
+    policy = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    assert policy["spec"]["devicePlugin"]["enabled"] is False and policy["spec"]["cdi"]["enabled"] is True
+    # ours now: a run without force has no conflict and changes nothing
+    again = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=false")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "changed=0" in again.stdout
+
+
+def test_clusterpolicy_volume_mounts_env_true_is_exposed_and_configured_false(sandbox):
+    custom = k8s.CustomObjectsApi(sandbox.api_client())
+    obj = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    obj["spec"]["toolkit"]["env"] = [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"},
+                                     {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"}]
+    obj["metadata"].pop("managedFields", None)
+    custom.replace_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy", obj, field_manager="helm")
+    doctor = run_playbook("doctor.yml")
+    out = _flat(doctor.stdout + doctor.stderr)
+    assert "operator-toolkit-volume-mounts" in out or "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS 'true'" in out, out[-3000:]
+    assert "exposed" in out
+    run = run_playbook("gpu-stack.yml", "-e", "bcd_gpu_stack_force_conflicts=true")
+    assert run.returncode == 0, run.stdout[-3000:]
+    env = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")["spec"]["toolkit"]["env"]
+    assert {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "false"} in env
+
+
+def _client_side_applied(sandbox, tmp_path) -> None:
+    """bcd's objects as an operator who followed the seed's `kubectl apply` left them: rendered,
+    plus a hostPath volume /var/log in the DaemonSet and a key in the ConfigMap, applied client-side."""
+    out = tmp_path / "render.json"
+    run = run_playbook("render.yml", "-e", f"bcd_render_out={out}")
+    assert run.returncode == 0, run.stdout[-2000:]
+    doc = json.loads(out.read_text())
+    cm = next(i for i in doc["items"] if i["kind"] == "ConfigMap")
+    cm["data"]["extra.toml"] = "# kept by hand\n"
+    ds = next(i for i in doc["items"] if i["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "varlog", "mountPath": "/host/var/log", "readOnly": True})
+    out.write_text(json.dumps(doc))
+    sandbox.kubectl("apply", "-f", str(out))
+
+
+def _state(sandbox) -> tuple[dict, dict]:
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json",
+                                    "--show-managed-fields").stdout)
+    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json",
+                                    "--show-managed-fields").stdout)
+    return ds, cm
+
+
+def test_objects_from_client_side_kubectl_apply_are_taken_over(sandbox, cp, cpvars, tmp_path):
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    _client_side_applied(sandbox, tmp_path)
+    tokens_before = len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
+
+    refused = run_playbook("adopt-cluster.yml", "-e", "bcd_adopt_foreign_objects=false")
+    out = _flat(refused.stdout + refused.stderr)
+    assert refused.returncode != 0, out[-3000:]
+    assert "DaemonSet bcd-system/bcd: fields managed by kubectl-client-side-apply" in out, out[-3000:]
+    assert "ConfigMap bcd-system/bcd-config: fields managed by kubectl-client-side-apply" in out
+    assert len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]))) == tokens_before, "no token minted"
+
+    check = run_playbook("adopt-cluster.yml", "--check", "--diff")
+    assert check.returncode == 0, check.stdout[-3000:]
+    removed = [line for line in check.stdout.splitlines() if line.startswith("-")]
+    assert any("/var/log" in line for line in removed), check.stdout[-6000:]
+    assert any("extra.toml" in line for line in removed)
+    assert any("last-applied-configuration" in line for line in removed)
+    assert "nothing to do" not in check.stdout
+    ds, cm = _state(sandbox)
+    assert "extra.toml" in cm["data"], "check mode changed nothing"
+
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    ds, cm = _state(sandbox)
+    assert "varlog" not in [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]]
+    assert "extra.toml" not in cm["data"]
+    for obj in (ds, cm):
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in (obj["metadata"].get("annotations") or {})
+        assert "kubectl-client-side-apply" not in [e["manager"] for e in obj["metadata"]["managedFields"]]
+
+    again = run_playbook("adopt-cluster.yml")
+    assert again.returncode == 0 and "nothing to do" in _flat(again.stdout), again.stdout[-3000:]
