@@ -80,7 +80,7 @@ def isolated_policy(sandbox):
 
 @pytest.fixture(scope="module")
 def ctk():
-    from tests.unit.test_gpu_isolation_packages import nvidia_ctk
+    from tests.unit.plugins.modules.test_gpu_isolation_packages import nvidia_ctk
 
     return nvidia_ctk()
 

@@ -15,7 +15,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
 )
 
 from tests.helpers import ROOT
-from tests.unit.test_gpu_isolation_node import RUNC_ONLY, SAFE, make_root
+from tests.unit.plugins.module_utils.test_gpu_isolation_node import RUNC_ONLY, SAFE, make_root
 
 _spec = importlib.util.spec_from_file_location("bcd_filters", ROOT / "plugins" / "filter" / "bcd.py")
 filters = importlib.util.module_from_spec(_spec)

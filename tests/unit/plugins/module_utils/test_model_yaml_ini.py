@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -47,17 +48,18 @@ def test_toleration_value_refused_with_the_same_rule(value):
                for line in lines), lines
 
 
+# Strings that are not JSON: a survey or INI string that is JSON of the right shape is read as
+# such (test_survey.py); anything else is a string where a list or a mapping belongs
+# (bcd_container_runtime and bcd_kubelet_credentials take a preset's name as a string).
 @pytest.mark.parametrize(("name", "value", "shape"), [
-    ("bcd_tolerations", '[{"operator": "Exists"}]', "must be a list"),
-    ("bcd_image_pull_secrets", '["regcred"]', "must be a list"),
-    ("bcd_privileged_namespaces", '["kube-system"]', "must be a list"),
-    ("bcd_pins", '{"serving_ca": "x"}', "must be a mapping"),
-    ("bcd_join_token_secret", '{"name": "x"}', "must be a mapping"),
-    ("bcd_node_selector", '{"nvidia.com/gpu.present": "true"}', "mapping"),
-    ("bcd_resources", '{"requests": {"cpu": "1"}}', "must be a mapping"),
-    ("bcd_node_roots", '{"n1": "/srv/n1"}', "mapping"),
-    ("bcd_container_runtime", '{"files": ["/etc/x.toml"]}', "mapping"),
-    ("bcd_kubelet_credentials", '{"kubeconfig": "/etc/k"}', "mapping"),
+    ("bcd_tolerations", "operator=Exists", "must be a list"),
+    ("bcd_image_pull_secrets", "regcred", "must be a list"),
+    ("bcd_privileged_namespaces", "kube-system,monitoring", "must be a list"),
+    ("bcd_pins", "serving_ca=x", "must be a mapping"),
+    ("bcd_join_token_secret", "name=x", "must be a mapping"),
+    ("bcd_node_selector", "nvidia.com/gpu.present=true", "mapping"),
+    ("bcd_resources", "requests.cpu=1", "must be a mapping"),
+    ("bcd_node_roots", "n1:/srv/n1", "mapping"),
 ])
 def test_string_where_a_list_or_mapping_belongs_says_so_and_what_to_do(name, value, shape):
     lines = [line for line in _refused(**{name: value}) if line.startswith(f"INVALID_CONFIG: {name}:")]
@@ -69,7 +71,8 @@ def test_string_where_a_list_or_mapping_belongs_says_so_and_what_to_do(name, val
 
 
 def test_ini_inventory_through_ansible_playbook(tmp_path):
-    """A quoted INI value arrives as a string: the run says so, names the variable, and writes nothing."""
+    """A quoted INI value arrives as a string: one that is not JSON is refused, the run says so,
+    names the variable, and writes nothing; JSON of the right shape is read as such."""
     values = {k: v for k, v in BASE_VARS.items() if isinstance(v, str)}
     lines = "\n".join(f"{k}={v}" for k, v in values.items())
     (tmp_path / "hosts.ini").write_text(textwrap.dedent(f"""\
@@ -78,7 +81,7 @@ def test_ini_inventory_through_ansible_playbook(tmp_path):
 
         [clusters:vars]
         {lines}
-        bcd_tolerations='[{{"operator": "Exists"}}]'
+        bcd_tolerations='operator=Exists'
         """))
     extra = tmp_path / "rest.yml"
     extra.write_text(yaml.safe_dump({"bcd_pins": BASE_VARS["bcd_pins"], "bcd_node_selector": BASE_VARS["bcd_node_selector"]}))
@@ -88,6 +91,15 @@ def test_ini_inventory_through_ansible_playbook(tmp_path):
     assert run.returncode != 0
     assert "INVALID_CONFIG: bcd_tolerations: must be a list; got a string" in text, text[-3000:]
     assert "Traceback" not in text and not out.exists()
+
+    ini = (tmp_path / "hosts.ini").read_text().replace("bcd_tolerations='operator=Exists'",
+                                                        """bcd_tolerations='[{"operator": "Exists"}]'""")
+    (tmp_path / "hosts.ini").write_text(ini)
+    run = run_playbook("render.yml", "-i", str(tmp_path / "hosts.ini"), "-e", f"@{extra}", "-e", f"bcd_render_out={out}")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    rendered = json.loads(out.read_text())
+    (ds,) = [o for o in rendered["items"] if o["kind"] == "DaemonSet"]
+    assert {"operator": "Exists"} in ds["spec"]["template"]["spec"]["tolerations"]
 
 
 def test_unquoted_yes_in_a_yaml_inventory_through_ansible_playbook(tmp_path):
