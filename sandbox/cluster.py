@@ -605,7 +605,7 @@ def _wait_default_sa(sdir: Path, timeout: float = 60) -> None:
 
 
 def control_plane_service():
-    """``sandbox.control_plane.service`` when that module exists, else None (issue 4 adds it).
+    """``sandbox.control_plane.service`` when that module exists, else None.
 
     Only a missing module yields None; an error inside it propagates.
     """

@@ -14,11 +14,11 @@ if str(COLLECTIONS) not in sys.path:
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# The reliability report (issue 8): the `reliability` fixture, and docs/reliability.md at the end.
+# The reliability report: the `reliability` fixture, and docs/reliability.md at the end.
 pytest_plugins = ["tests.reliability.plugin"]
 
 
-# --- sandbox fixture (issue 3) -------------------------------------------------------------------
+# --- sandbox fixture -------------------------------------------------------------------
 import os  # noqa: E402
 
 import pytest  # noqa: E402

@@ -1,9 +1,9 @@
 """GPU isolation: prove, node by node, that bcd is the only source of GPUs on a node.
 
-Source: seed ``000_bcd-kubernetes-daemonset``, section "GPU isolation", as tightened by issue 6
+Source: seed ``000_bcd-kubernetes-daemonset``, section "GPU isolation"
 (the ``.cdi`` variant of the NVIDIA container runtime is NOT excepted here: it also turns
 ``NVIDIA_VISIBLE_DEVICES`` into CDI device requests). The cases in
-``shared/cases/gpu-isolation`` fix the verdicts.
+``tests/fixtures/gpu-isolation`` (and ``gpu-runtime-effective``) fix the verdicts.
 
 Two levels, both pure Python:
 
@@ -75,7 +75,7 @@ OPERATOR_TOOLKIT_CONFIG = OPERATOR_TOOLKIT_DIR + "/.config/nvidia-container-runt
 KNOWN_TOOLKIT_CONFIGS = (DEFAULT_TOOLKIT_CONFIG, OPERATOR_TOOLKIT_CONFIG)
 
 # Where container runtimes read their configuration (seed: "The toolkit the container runtime
-# runs"; issue 6: k3s/RKE2 templates and drop-in directories).
+# runs"; k3s/RKE2 templates and drop-in directories).
 RANCHER_DIRS = ("/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd")
 RUNTIME_FILES = (
     "/etc/containerd/config.toml",
@@ -1034,7 +1034,7 @@ def _env_value(env: list, name: str):
 
 
 def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
-    """What a GPU operator ClusterPolicy lets out (issue 6, Configure; seed: GPU isolation).
+    """What a GPU operator ClusterPolicy lets out (Configure; seed: GPU isolation).
 
     Device plugin on (``spec.devicePlugin.enabled`` absent means on, the operator's default):
     exposed. NRI plugin on: exposed (it injects any CDI device a pod's annotation names). The

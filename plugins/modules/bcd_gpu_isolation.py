@@ -11,7 +11,7 @@ module: bcd_gpu_isolation
 short_description: Verify GPU isolation on a node root, or on every selected node of a cluster
 version_added: 1.0.0
 description:
-  - bcd may hand out GPUs only where nothing else does (seed 000, section GPU isolation; issue 6).
+  - bcd may hand out GPUs only where nothing else does (seed 000, section GPU isolation).
     This module finds what else could, and gives every node a verdict, C(isolated), C(exposed)
     or C(unverifiable), with each finding naming the file or object and its fix. It changes
     nothing.

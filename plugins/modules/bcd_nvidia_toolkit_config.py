@@ -14,7 +14,7 @@ description:
   - Sets C(accept-nvidia-visible-devices-envvar-when-unprivileged = false) and
     C(accept-nvidia-visible-devices-as-volume-mounts = false) in one toolkit C(config.toml), as seed
     000 (GPU isolation) requires, with the toolkit's own tool, C(nvidia-ctk config --set), so the file
-    keeps the layout the toolkit writes. Runs on the GPU node (issue 6, packages mode).
+    keeps the layout the toolkit writes. Runs on the GPU node (packages mode).
   - Nothing changes when the file already sets both keys to false (C(accept-nvidia-visible-devices-as-volume-mounts)
     absent counts as false, its default). Otherwise the file is backed up (O(backup)) and replaced
     atomically, keeping its mode and owner (0644 for a new file, its directory created 0755).

@@ -11,7 +11,7 @@ module: bcd_rollout
 short_description: Roll bcd's DaemonSet to a new image in stages, gate each stage on health, roll back on failure
 version_added: 1.0.0
 description:
-  - The engine of rollout.yml (issue 7; seed 000, Upgrades). Two states; the playbook applies
+  - The engine of rollout.yml (seed 000, Upgrades). Two states; the playbook applies
     the objects itself (kubernetes.core) between them.
   - C(state=status) (read-only) reads the DaemonSet, its ControllerRevisions and pods, the
     selected Nodes and the pool's nodes (C(nodes.list)) and says, per selected Node, whether

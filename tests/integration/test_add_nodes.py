@@ -2,7 +2,7 @@
 
 add-nodes.yml is adopt-cluster.yml's play with adopt_mode=add-nodes: it counts the selected Nodes
 that do not report, mints one token for that many into the join Secret, never changes the
-DaemonSet, waits for the Nodes, then revokes the token and deletes the Secret (issue 7). The
+DaemonSet, waits for the Nodes, then revokes the token and deletes the Secret. The
 molecule scenario `rollout` runs it too, after a rollout.
 """
 

@@ -1,4 +1,4 @@
-"""render.yml as an operator runs it (issue 2 acceptance), through ansible-playbook."""
+"""render.yml as an operator runs it, through ansible-playbook."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """rollout.yml against the sandbox: a real API server, KWOK nodes and the control-plane emulator.
 
-The molecule scenario `rollout` checks issue 7's acceptance end to end (a rollout, the same
+The molecule scenario `rollout` checks what rollout.yml promises end to end (a rollout, the same
 command again, a `dead…` digest rolled back, two runs at once, add-nodes.yml). These tests add
 what it does not: check mode, a refused digest, percentages, no secret in the output, the report,
 a failed rollout left as it is (`bcd_rollout_rollback: false`), the refusal that follows and the

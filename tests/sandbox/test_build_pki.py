@@ -1,4 +1,4 @@
-"""Issue 3, without a cluster: where the sandbox's binaries come from, and its PKI.
+"""Without a cluster: where the sandbox's binaries come from, and its PKI.
 
 These run in ``make test-unit``: no binary is built (fake binaries stand in) and no process is
 started but a local TLS server in a thread.

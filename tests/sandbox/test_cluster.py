@@ -1,4 +1,4 @@
-"""Issue 3: the sandbox is a real Kubernetes control plane with simulated GPU nodes.
+"""The sandbox is a real Kubernetes control plane with simulated GPU nodes.
 
 Every test talks to the real kube-apiserver of the sandbox (the session fixture ``sandbox``), or
 to a sandbox of its own (lifecycle, failure, 1000 nodes) brought up with ``python -m sandbox``.

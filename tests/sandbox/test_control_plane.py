@@ -1,4 +1,4 @@
-"""Contract tests of the control-plane emulator (issue 4) against control-plane-api.md.
+"""Contract tests of the control-plane emulator against control-plane-api.md.
 
 Each test talks to a running emulator process (``python -m sandbox.control_plane serve``, started
 by ``sandbox.control_plane.service.start`` in a directory of its own, without a cluster) over

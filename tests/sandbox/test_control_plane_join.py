@@ -1,4 +1,4 @@
-"""Join tests of the control-plane emulator (issue 4) in the sandbox cluster.
+"""Join tests of the control-plane emulator in the sandbox cluster.
 
 A DaemonSet rendered by our own renderer (bcd_render.render over bcd_model.load of the
 variables the emulator wrote to control-plane.yml) runs on the KWOK GPU nodes, and the join

@@ -1,4 +1,4 @@
-"""The inventory model: one test per refusal rule of issue 2 / seed 000, and normalisation."""
+"""The inventory model: one test per refusal rule of seed 000, and normalisation."""
 
 from __future__ import annotations
 

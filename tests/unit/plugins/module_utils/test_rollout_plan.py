@@ -256,7 +256,7 @@ def full_pod(name, node, status):
     {"phase": "Failed", "reason": "Evicted"},
 ])
 def test_a_slim_pod_reads_as_the_whole_pod(status):
-    """The rollout and the node report list pods through slim_pod (issue 9: memory at 1,000
+    """The rollout and the node report list pods through slim_pod (memory at 1,000
     nodes); every reading they make of a pod gives the same answer on the slim copy."""
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
         pod_ready,
