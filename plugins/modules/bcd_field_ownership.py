@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module bcd_field_ownership: take over what client-side kubectl apply manages on bcd's objects."""
 
 from __future__ import annotations
@@ -6,9 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bcd_field_ownership
+version_added: 1.0.0
 short_description: Take over the fields a client-side kubectl apply manages on bcd's objects
 description:
-  - For each rendered object (bcd's ConfigMap and DaemonSet, as M(bcd_manifests) returns them)
+  - For each rendered object (bcd's ConfigMap and DaemonSet, as M(bcd.kubernetes.bcd_manifests) returns them)
     that exists in the cluster with fields managed by a client-side C(kubectl apply) (field
     manager C(kubectl-client-side-apply), or C(kubectl) before kubectl 1.18, operation C(Update))
     or with the annotation C(kubectl.kubernetes.io/last-applied-configuration), moves that
@@ -37,13 +40,17 @@ options:
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
+    details: Runs on the controller.
   check_mode:
     support: full
   diff_mode:
     support: full
 author:
-  - bcd-ansible developers
+  - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -54,7 +54,7 @@ options:
       - Kinds (C(ConfigMap), C(DaemonSet)) the caller knows are absent from the cluster, because
         their namespace does not exist yet, so no server-side dry run can show them. In diff
         mode each rendered object of these kinds is returned as a diff from nothing to the
-        object (YAML), and RV(changed) is true (they would be created).
+        object (YAML), and C(changed) is true (they would be created).
     type: list
     elements: str
     default: []

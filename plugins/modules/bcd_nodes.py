@@ -123,6 +123,7 @@ nodes:
       type: bool
     why:
       description: With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused).
+      type: str
     conditions:
       description: The bcd node's conditions in nodes.list.
       type: str
