@@ -18,6 +18,9 @@ description:
     refuses it (INVALID_CONFIG) before any module can send it as a key; only an empty value of
     its type is passed (C(0), C([]), C({})), never its content. Internal
     variables of the role C(bcd_daemonset) (prefix C(bcd_daemonset_)) are left out too.
+  - Output files (C(bcd_render_out), C(bcd_report_out), C(bcd_join_secret_out), C(bcd_junit_out),
+    C(bcd_metrics_out)) given as relative paths are made absolute against the directory
+    C(ansible-playbook) runs in.
 options: {}
 """
 
@@ -34,6 +37,7 @@ _raw:
   elements: dict
 """
 
+import os
 import re
 
 from ansible.plugins.lookup import LookupBase
@@ -42,6 +46,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import VERSI
 INCLUDE = re.compile(r"^bcd_")
 EXCLUDE = re.compile(r"^(bcd_api_key|bcd_daemonset_.*)$")
 SECRET = "bcd_api_key"  # noqa: S105 - a variable name
+OUTPUTS = frozenset({"bcd_render_out", "bcd_report_out", "bcd_join_secret_out", "bcd_junit_out", "bcd_metrics_out"})
 
 
 class LookupModule(LookupBase):
@@ -50,6 +55,12 @@ class LookupModule(LookupBase):
         names = sorted(n for n in variables if INCLUDE.match(n) and not EXCLUDE.match(n))
         values = self._templar.template([variables[n] for n in names])
         out = dict(zip(names, values, strict=True))
+        # Output files are the operator's: a relative path means the directory ansible-playbook
+        # runs in, not the playbook's (where a module on a local connection would put it).
+        for name in OUTPUTS.intersection(out):
+            path = out[name]
+            if isinstance(path, str) and path.strip() and not os.path.isabs(path) and not path.startswith("~"):
+                out[name] = os.path.join(os.getcwd(), path)
         # the collection's version, read here on the controller (galaxy.yml or MANIFEST.json), for
         # the control-plane client's User-Agent: a module runs from a zip that has neither
         out[VERSION_KEY] = collection_version(__file__)
