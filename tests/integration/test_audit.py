@@ -94,6 +94,7 @@ def test_refuses_variables_that_would_change_something(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.long  # one audit run per fault: make test-long
 def test_a_hand_edit_to_the_daemonset(sandbox, tmp_path):
     with sandbox.api_client() as api:
         ds = k8s.AppsV1Api(api).read_namespaced_daemon_set("bcd", NS)
@@ -119,6 +120,7 @@ def test_a_hand_edit_to_the_daemonset(sandbox, tmp_path):
     assert [s.labels["check"] for s in zero] == ["drift-daemonset"]
 
 
+@pytest.mark.long  # one audit run per fault: make test-long
 def test_the_clusterpolicy_set_back_by_another_field_manager(sandbox, tmp_path):
     group, version, plural, name = "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
     with sandbox.api_client() as api:
@@ -139,6 +141,7 @@ def test_the_clusterpolicy_set_back_by_another_field_manager(sandbox, tmp_path):
     assert 'type="clusterpolicy"' in junit
 
 
+@pytest.mark.long  # one audit run per fault: make test-long
 def test_a_join_secret_left_behind(sandbox, tmp_path):
     with sandbox.api_client() as api:
         core = k8s.CoreV1Api(api)
@@ -155,6 +158,7 @@ def test_a_join_secret_left_behind(sandbox, tmp_path):
     assert "not-a-token" not in run.stdout + json.dumps(report)
 
 
+@pytest.mark.long  # one audit run per fault: make test-long
 def test_an_unrevoked_token(tmp_path, cp, cpvars):
     tenant, pool = cpvars["bcd_tenant"], cpvars["bcd_pool"]
     tok = cp.create_token(tenant, pool, 1, 3600, f"audit-test-{time.time()}", "bcd-ansible cluster=sandbox run=killed-run playbook=adopt-cluster")
@@ -178,6 +182,7 @@ def wait_state(cp, cpvars, host: str, states: tuple[str, ...], timeout: float = 
         time.sleep(2)
 
 
+@pytest.mark.long  # one audit run per fault: make test-long
 def test_a_node_that_stops_reporting(sandbox, tmp_path, admin, cp, cpvars):
     node = sandbox.gpu_node_names()[0]
     admin.patch_faults({"refuseJoin": {node: "host under maintenance"}})

@@ -18,7 +18,8 @@ from kubernetes import client as k8s
 
 from tests.helpers import run_playbook
 
-pytestmark = [pytest.mark.sandbox]
+# Slow (a playbook run or more per scenario): make test-long.
+pytestmark = [pytest.mark.sandbox, pytest.mark.long]
 
 REPO = "registry.example.com/better-compute/bcd"
 NEXT_IMAGES = (f"{REPO}:0.5.0@sha256:{'e5' * 32}", f"{REPO}:0.6.0@sha256:{'f6' * 32}")

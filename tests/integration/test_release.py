@@ -14,7 +14,8 @@ from kubernetes import client as k8s
 
 from tests.helpers import recap, run_playbook
 
-pytestmark = [pytest.mark.sandbox]
+# Slow (a release and a re-adoption per test): make test-long.
+pytestmark = [pytest.mark.sandbox, pytest.mark.long]
 
 NS = "bcd-system"
 POLICY = ("nvidia.com", "v1", "clusterpolicies", "cluster-policy")

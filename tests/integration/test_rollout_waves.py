@@ -12,7 +12,8 @@ import yaml
 
 from tests.helpers import ROOT, recap, run_playbook
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
+# Slow (several rollouts per test): make test-long.
+pytestmark = [pytest.mark.sandbox, pytest.mark.long, pytest.mark.usefixtures("adopted")]
 
 
 def cluster(sandbox, **overrides) -> dict:
