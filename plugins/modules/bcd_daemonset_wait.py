@@ -149,6 +149,8 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     pods_by_node,
 )
 
+# Seconds to keep looking for other pods that cannot start once one is found.
+BAD_GRACE = 6.0
 COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
 
 
@@ -214,6 +216,7 @@ def main() -> None:
     since = module.params["since"] or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     restarted: set[str] = set()
     first_counts = None
+    first_bad = None
 
     def done(finished: bool = True, **kw):
         status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
@@ -250,6 +253,14 @@ def main() -> None:
                     api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
                 bad = cannot_start(pods, since)
                 if bad:
+                    first_bad = first_bad or now
+                # A refusal rarely comes alone (the same pin or token for every node): give the
+                # other pods that are not Ready a few seconds to say so too, then name them all.
+                named = {b["node"] for b in bad}
+                waiting_on = [n for n, p in pods.items() if n not in named and not pod_ready(p)]
+                if bad and waiting_on and now - first_bad < BAD_GRACE and not late:
+                    pods_at = min(pods_at, now + interval)
+                elif bad:
                     lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
                     module.fail_json(
                         msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
