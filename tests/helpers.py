@@ -47,8 +47,11 @@ def run_module(name: str, args: dict, check_mode: bool = False) -> tuple[int, di
 
     Returns (exit code, the JSON result the module printed).
     """
+    from ansible.module_utils.common import warnings
     from ansible.module_utils.testing import patch_module_args
 
+    # a module runs in a fresh process: no warning of an earlier in-process run carries over
+    warnings._global_warnings.clear()
     path = ROOT / "plugins" / "modules" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"bcd_test_module_{name}", path)
     module = importlib.util.module_from_spec(spec)
