@@ -185,6 +185,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     kube,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pods_by_node
 
 
 def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, dict]) -> dict[str, str]:
@@ -248,13 +249,7 @@ def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None =
     pods = kube.list(path("pods", namespace=inv.bcd_namespace),
                      {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})},
                      keep=slim_pod)
-    newest: dict[str, dict] = {}
-    for pod in pods:
-        node = pod["spec"].get("nodeName")
-        if not node or pod["metadata"].get("deletionTimestamp"):
-            continue
-        if node not in newest or pod["metadata"].get("creationTimestamp", "") > newest[node]["metadata"].get("creationTimestamp", ""):
-            newest[node] = pod
+    newest = pods_by_node(pods)
     out = {}
     for name in names:
         failed = join_failure(newest.get(name), since=since)
