@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tests.reliability.harness import Listener, Proxy, first_failure, json_results
+from tests.reliability.harness import INVENTORY_IMAGE, Listener, Proxy, first_failure, json_results
 from tests.unit.plugins.module_utils.test_cp_client import _ca_and_cert
 
 pytestmark = pytest.mark.sandbox
@@ -60,7 +60,7 @@ def test_bad_certificates_and_http_are_refused_before_any_call(ready, runner, tm
     common = {k: v[k] for k in ("bcd_gateway_url", "bcd_site_id", "bcd_pins", "bcd_tenant", "bcd_pool", "bcd_api_key")}
     common.update(ansible_connection="local", ansible_python_interpreter="{{ ansible_playbook_python }}",
                   bcd_kubeconfig=str(world.sandbox.kubeconfig),
-                  bcd_image="registry.example.com/better-compute/bcd:0.1.0@sha256:" + "5d3f2a1c9b8e7d6f" * 4,
+                  bcd_image=INVENTORY_IMAGE,  # the running image: an image change would be refused first
                   bcd_node_selector={"nvidia.com/gpu.present": "true"})
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"clusters": {"hosts": hosts, "vars": common}}))

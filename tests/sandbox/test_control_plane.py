@@ -188,7 +188,7 @@ def test_tls_verifies_strictly_with_its_ca_only(cp):
 def test_discovery_needs_no_auth_and_carries_a_pinned_public_join_key(cp):
     status, doc, _ = cp.request("GET", "/.well-known/better-compute", auth=None)
     assert status == 200
-    assert set(doc) == {"gateway", "site", "joinKey"}
+    assert set(doc) == {"gateway", "site", "joinKey", "joinSigningKey"}
     assert doc["gateway"] == {"url": cp.vars["bcd_gateway_url"], "name": "localhost"}
     assert doc["site"] == cp.vars["bcd_site_id"]
     jwk = doc["joinKey"]
@@ -202,6 +202,11 @@ def test_discovery_needs_no_auth_and_carries_a_pinned_public_join_key(cp):
 
     key = ec.EllipticCurvePublicNumbers(num(jwk["x"]), num(jwk["y"]), ec.SECP256R1()).public_key()
     assert _pin(key) == cp.vars["bcd_pins"]["join_encryption"]
+    # the signing key is public too, for signing use, and pinned by the join-signing pin
+    sig = doc["joinSigningKey"]
+    assert set(sig) == {"kty", "crv", "x", "y", "kid", "use"} and sig["use"] == "sig"
+    signing = ec.EllipticCurvePublicNumbers(num(sig["x"]), num(sig["y"]), ec.SECP256R1()).public_key()
+    assert _pin(signing) == cp.vars["bcd_pins"]["join_signing"]
 
 
 def test_routes_live_under_the_base_path_only(cp):
