@@ -735,6 +735,25 @@ def wait_ready(sdir: Path, say=say, timeout: float = 240) -> None:
             time.sleep(2)
 
 
+def network_gateway() -> str:
+    """The IPv4 gateway address of the podman network the kind nodes are on (``$KIND_EXPERIMENTAL_PODMAN_NETWORK``,
+    default ``kind``): the host as pods on the nodes reach it (hostNetwork pods included)."""
+    net = os.environ.get("KIND_EXPERIMENTAL_PODMAN_NETWORK") or "kind"
+    out = podman("network", "inspect", net, "--format", "{{range .Subnets}}{{.Gateway}} {{end}}")
+    for addr in out.stdout.split():
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", addr):
+            return addr
+    raise KindError(f"kind: the podman network {net} has no IPv4 gateway ({out.stdout.strip() or 'none'})")
+
+
+# The GPU operator's toolkit configuration on a GPU node, as bcd reads it (seed: GPU isolation):
+# the workers get it so that the DaemonSet's read-only toolkit mount (hostPath type Directory)
+# exists there, with the setting GPU isolation requires.
+TOOLKIT_CONFIG = ("/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
+                  "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+                  "[nvidia-container-runtime]\nmode = \"cdi\"\n")
+
+
 def attach_dir() -> Path:
     """The sandbox directory of the simulated part attached to the kind cluster (``<kind dir>/sandbox``);
     ``SANDBOX_DIR`` for inventories/sandbox and ``python -m sandbox status``."""
@@ -774,13 +793,20 @@ def up(say=say, attach: bool = False, kwok_nodes: int | None = None) -> Path:
     os.chmod(kubeconfig, 0o600)
     for node in node_names(name)[1:]:
         node_exec(node, "/kind/bin/bcd-nvidia-handler.sh on")
+        path, text = TOOLKIT_CONFIG
+        node_exec(node, f"test -f {path} || {{ mkdir -p {os.path.dirname(path)} && printf '%s' '{text}' > {path}; }}")
     setup_network(sdir, say)
     label_gpu_workers(sdir, node_names(name)[1:])
     cluster.ensure_objects(sdir)
     wait_ready(sdir, say)
+    from sandbox.kind import standin
+
+    standin.load(say)
     if attach:
-        cluster.attach(attach_dir(), kubeconfig, nodes=kwok_nodes or 0)
-        say(f"kind: simulated part attached; SANDBOX_DIR={attach_dir()} for inventories/sandbox")
+        # bcd on the real nodes reaches the emulator at the podman network's gateway address.
+        cluster.attach(attach_dir(), kubeconfig, nodes=kwok_nodes or 0, listen=network_gateway())
+        say(f"kind: simulated part attached (the control-plane emulator at {network_gateway()}); "
+            f"SANDBOX_DIR={attach_dir()} for inventories/sandbox, or inventories/kind")
     say(f"kind: cluster {name} up in {_fmt(time.monotonic() - t0)} (images {_fmt(t1 - t0)}, "
         f"{'create' if created else 'check'} {_fmt(time.monotonic() - t1)}): 3 nodes Ready, CoreDNS available, "
         f"RuntimeClass nvidia (handler on the workers), ClusterPolicy; KUBECONFIG={kubeconfig}")
