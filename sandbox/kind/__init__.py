@@ -36,6 +36,11 @@ the pod. Nothing comes from a container registry:
   kubelet's own ``FailedCreatePodSandBox`` error; ``/kind/bin/bcd-nvidia-handler.sh on|off`` in a
   node adds or removes the handler (and restarts containerd).
 
+bcd runs on the workers: ``up`` builds the stand-in bcd image (``sandbox/kind/standin.py``,
+``localhost/bcd:0.1.0`` and its bad build) and loads it into the nodes; ``up --attach`` runs the
+control-plane emulator listening on the kind network's gateway address, where bcd in its pods
+joins and reports (``inventories/kind`` adopts the cluster with it).
+
 Requirements: root, podman, runc, mmdebstrap, uidmap, the CNI plugins, netavark and aardvark-dns
 (installed with apt-get when missing and running as root; otherwise ``up`` stops, naming the
 packages), gcc (the pause image), Go (the builds). PodSecurity admission is kubeadm's API server
@@ -663,10 +668,12 @@ def setup_network(sdir: Path, say=say, timeout: float = 180) -> None:
     from kubernetes import client
 
     deadline = time.monotonic() + timeout
+    # Only kind's own nodes: KWOK's simulated nodes (--attach) have no container to route to.
+    own = set(node_names())
     with _api(sdir) as api:
         core = client.CoreV1Api(api)
         while True:
-            nodes = core.list_node().items
+            nodes = [n for n in core.list_node().items if n.metadata.name in own]
             cidrs = {n.metadata.name: n.spec.pod_cidr for n in nodes}
             if len(nodes) >= 3 and all(cidrs.values()):
                 break
