@@ -11,7 +11,10 @@ side, not by the join simulator:
   ``Init:CrashLoopBackOff`` with bcd's reason as the termination message, and adopt-cluster.yml
   fails fast naming the node and the reason, the token revoked and the Secret gone;
 - a rollout to the stand-in's bad build (its ``bcd node`` exits after five seconds) is caught by
-  the canary's soak and rolled back; every pod ends on the good digest.
+  the canary's soak and rolled back; every pod ends on the good digest;
+- a worker whose containerd lacks the ``nvidia`` handler is ``not-ready`` in doctor.yml (the
+  workers' own files, collected into ``bcd_node_roots``), and bcd's pod there fails with the
+  kubelet's own ``FailedCreatePodSandBox`` error until the handler is back.
 
 Skipped, with the reason, where the test bed cannot run (see tests/sandbox/test_kind.py). A
 cluster that was up before is left up (its bcd objects and node state reset); one the test
@@ -21,6 +24,7 @@ started is deleted afterwards.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -171,10 +175,7 @@ def test_a_refused_join_is_init_crashloop_and_adopt_fails_fast_naming_node_and_r
 
 
 def test_a_rollout_to_the_bad_build_fails_the_canary_and_is_rolled_back(bed, tmp_path):
-    if sorted(pods(bed)) != bed["workers"] or any(
-            cp_nodes(bed).get(n, {}).get("state") != "adopting" for n in bed["workers"]):
-        reset(bed)
-        assert play("adopt-cluster.yml").returncode == 0
+    ensure_adopted(bed)
     good, bad = bed["images"]["bcd_image"], bed["images"]["bcd_image_bad"]
     report = tmp_path / "rollout.json"
     run = play("rollout.yml", "-e", f"bcd_image={bad}", "-e", "bcd_rollout_soak=20", "-e", f"bcd_report_out={report}")
@@ -193,3 +194,67 @@ def test_a_rollout_to_the_bad_build_fails_the_canary_and_is_rolled_back(bed, tmp
         assert time.monotonic() < deadline, state
         time.sleep(3)
     assert {cp_nodes(bed)[n]["state"] for n in bed["workers"]} == {"adopting"}
+
+
+def ensure_adopted(bed) -> None:
+    if sorted(pods(bed)) != bed["workers"] or any(
+            cp_nodes(bed).get(n, {}).get("state") != "adopting" for n in bed["workers"]):
+        reset(bed)
+        run = play("adopt-cluster.yml")
+        assert run.returncode == 0, run.stdout[-4000:]
+
+
+# What the GPU isolation gate reads on a node (seed: GPU isolation), copied out of a node container.
+NODE_FILES = ("etc/containerd", "etc/nvidia-container-runtime", "usr/local/nvidia/toolkit/.config", "etc/cdi",
+              "var/run/cdi", "var/lib/kubelet/plugins_registry")
+
+
+def collect_roots(bed, tmp_path) -> dict[str, str]:
+    roots = {}
+    for node in bed["workers"]:
+        root = tmp_path / "roots" / node
+        root.mkdir(parents=True)
+        script = f"cd / && tar -cf - $(for p in {' '.join(NODE_FILES)}; do [ -e $p ] && echo $p; done)"
+        tar = subprocess.run(["podman", "exec", node, "sh", "-c", script], env=kind.podman_env(), capture_output=True,
+                             check=True, timeout=60)
+        subprocess.run(["tar", "-C", str(root), "-xf", "-"], input=tar.stdout, check=True, timeout=60)
+        roots[node] = str(root)
+    return roots
+
+
+def test_a_worker_without_the_nvidia_handler_is_not_ready_and_its_pod_fails(bed, tmp_path):
+    ensure_adopted(bed)
+    worker, other = bed["workers"][1], bed["workers"][0]
+    kind.set_nvidia_handler(worker, False)
+    try:
+        report = tmp_path / "doctor.json"
+        run = play("doctor.yml", "-e", json.dumps({"bcd_node_roots": collect_roots(bed, tmp_path),
+                                                   "bcd_report_out": str(report)}))
+        data = json.loads(report.read_text())
+        by = {n["name"]: n for n in data["nodes"]}
+        assert run.returncode != 0 and not data["passed"], run.stdout[-3000:]
+        assert by[worker]["ready"] == "not-ready", by[worker]
+        assert "runtime-handler" in {f["check"] for f in by[worker]["readiness"]}, by[worker]["readiness"]
+        assert "runtime-handler" not in {f["check"] for f in by[other]["readiness"]}, by[other]["readiness"]
+        assert f"{worker}" in run.stdout and "is not-ready" in run.stdout
+
+        # bcd's pod there, started again, fails with the kubelet's own error
+        old = pods(bed)[worker]
+        bed["core"].delete_namespaced_pod(old.metadata.name, NS, grace_period_seconds=0)
+        deadline = time.monotonic() + 120
+        while True:
+            new = pods(bed).get(worker)
+            events = [] if new is None or new.metadata.uid == old.metadata.uid else bed["core"].list_namespaced_event(
+                NS, field_selector=f"involvedObject.uid={new.metadata.uid},reason=FailedCreatePodSandBox").items
+            if events:
+                break
+            assert time.monotonic() < deadline, "no FailedCreatePodSandBox event on the new pod"
+            time.sleep(2)
+        assert 'no runtime for "nvidia" is configured' in events[0].message, events[0].message
+        assert pods(bed)[worker].status.phase == "Pending"
+    finally:
+        kind.set_nvidia_handler(worker, True)
+    deadline = time.monotonic() + 180
+    while not (pods(bed).get(worker) and pods(bed)[worker].status.phase == "Running"):
+        assert time.monotonic() < deadline, "bcd's pod did not start once the handler was back"
+        time.sleep(3)
