@@ -358,7 +358,9 @@ class JoinSimulator:
         if node_name not in self.kwok_nodes and time.monotonic() - self.kwok_listed > 2.0:
             self.kwok_listed = time.monotonic()
             try:
-                nodes = json.loads(self.core.list_node(_preload_content=False, _request_timeout=30).data)
+                # resourceVersion 0: served from the API server's watch cache (cheap at a thousand nodes)
+                nodes = json.loads(self.core.list_node(resource_version="0", _preload_content=False,
+                                                       _request_timeout=30).data)
             except Exception as exc:  # noqa: BLE001 - the cluster may be down; the next pass asks again
                 log.warning("listing Nodes failed (%s: %s)", type(exc).__name__, exc)
                 return False
