@@ -254,3 +254,13 @@ def test_status_fails_before_node_runs_and_the_bad_build_exits(cp, bcd, tmp_path
     assert out.returncode == 1
     assert "BadBuild" in out.stderr
     assert 1 <= time.monotonic() - t0 < 15
+
+
+def test_the_stand_ins_own_go_tests_pass(bcd):
+    """Its config.toml reader (sandbox/kind/bcd/toml_test.go): escapes, comments, and a clear
+    error for what it does not read."""
+    from sandbox.kind import standin
+
+    out = subprocess.run(["go", "test", "./..."], cwd=standin.SOURCE, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CGO_ENABLED": "0", "GOWORK": "off", "GOFLAGS": "-mod=readonly"}, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
