@@ -434,6 +434,9 @@ class Bench:
         except BenchError as exc:
             failed = str(exc)
             say(f"FAILED: {exc}")
+        except KeyboardInterrupt:  # SIGINT (Ctrl-C, timeout -s INT): keep and report what was measured
+            failed = "interrupted before the last point"
+            say(f"FAILED: {failed}")
         except Exception as exc:  # noqa: BLE001 - keep what was measured, bring the sandbox down
             failed = f"{type(exc).__name__}: {exc}"
             say(f"FAILED: {failed}")
