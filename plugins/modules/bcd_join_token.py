@@ -61,15 +61,11 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
     details: Mints nothing, revokes nothing, writes nothing; C(changed) says whether it would.
   diff_mode:
-    support: none
     details: The Secret is never diffed, it holds the token.
 author:
   - bcd-ansible developers (!UNKNOWN)

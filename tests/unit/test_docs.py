@@ -104,3 +104,24 @@ def test_readme_and_argument_specs_defaults_are_the_models():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--check"], capture_output=True,
                          text=True, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_attributes_come_from_the_doc_fragment(module):
+    """The attributes every module shares live in the doc fragment bcd.kubernetes.attributes; a
+    module's own attributes: block holds only what differs, and ansible-doc still shows all three
+    with their support."""
+    tree = ast.parse((ROOT / "plugins" / "modules" / f"{module}.py").read_text())
+    doc = yaml.safe_load(next(n.value.value for n in tree.body
+                              if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "DOCUMENTATION"))
+    assert "bcd.kubernetes.attributes" in doc["extends_documentation_fragment"]
+    own = doc.get("attributes") or {}
+    assert "platforms" not in (own.get("platform") or {}), "platforms comes from the fragment"
+    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "--json", "-t", "module", f"bcd.kubernetes.{module}"], cwd=ROOT,
+                         env=ansible_env(), capture_output=True, text=True, check=True)
+    shown = json.loads(run.stdout)[f"bcd.kubernetes.{module}"]["doc"]["attributes"]
+    assert shown["platform"]["platforms"] == "posix" and shown["platform"]["details"].startswith("Runs on")
+    assert shown["check_mode"]["support"] in ("full", "partial") and shown["check_mode"]["description"]
+    assert shown["diff_mode"]["support"] in ("full", "partial", "none") and shown["diff_mode"]["description"]
+    for name, value in own.items():  # a module's own word wins over the fragment's
+        assert {k: shown[name][k] for k in value} == value, name
