@@ -59,10 +59,14 @@ extends_documentation_fragment:
   - bcd.kubernetes.attributes
 attributes:
   check_mode:
-    details: Removes, patches and deletes nothing (deletions are server-side dry runs); RV(removed), RV(labels) and RV(deleted) say what would go.
+    details:
+      - Removes, patches and deletes nothing (deletions are server-side dry runs).
+      - RV(removed), RV(labels) and RV(deleted) say what would go.
   diff_mode:
     support: full
-    details: The Nodes' bcd.dev/* labels, the control-plane nodes' states, and each object deleted (its YAML without the server's bookkeeping), before and after.
+    details:
+      - The Nodes' bcd.dev/* labels and the control-plane nodes' states, before and after.
+      - Each object deleted, its YAML without the server's bookkeeping.
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
