@@ -4,17 +4,21 @@ A check result is a mapping ``{cluster, check, node, ok, message, warning}``: ``
 Kubernetes Node name for a per-node check and ``""`` for a cluster-level one; ``ok`` is a bool;
 ``message`` says what was found (and, when not ok, the cause and the fix); ``warning`` is true
 for a passing check that still has something to say (Pod Security without
-``bcd_require_pod_security``).
+``bcd_require_pod_security``). Its ``status`` (``status()``) is ``failed`` when not ok, else
+``warning`` when it warns, else ``ok``: the printed table, the JSON report, the JUnit XML and the
+metrics all say it from that one function, so they never disagree.
 
 JUnit: one ``<testsuite>`` per cluster (its name, ``id`` from 0, ``package`` ``bcd.audit``), one
 ``<testcase>`` per check and node (``classname`` ``bcd.audit.<cluster>.<check>``, ``name`` the
 Node or ``cluster``), a failed check a ``<failure type="<check>" message="...">`` with the full
-message as text. Every attribute the Apache Ant JUnit schema requires is written (``timestamp``
+message as text; a check that warns passes and is a ``WARNING <check> <node>: <message>`` line of
+the suite's ``system-out``. Every attribute the Apache Ant JUnit schema requires is written (``timestamp``
 without a zone, ``hostname``, ``tests``, ``failures``, ``errors``, ``time``, ``properties``,
 ``system-out``, ``system-err``), so Jenkins, GitLab and AWX all read it.
 
 Prometheus (node-exporter textfile collector format, written with ``prometheus_client``):
-``bcd_audit_check_ok{cluster,check,node}`` 1 or 0 per check and node, and
+``bcd_audit_check_ok{cluster,check,node}`` 1 (passed: ok or warning) or 0 (failed) per check and
+node, ``bcd_audit_check_warning{cluster,check,node}`` 1 when it passed with a warning, else 0, and
 ``bcd_audit_last_run_timestamp_seconds`` (Unix time of the run). The file is written atomically.
 """
 
@@ -25,6 +29,15 @@ import socket
 import xml.etree.ElementTree as ET
 
 CLUSTER_NODE = "cluster"
+# What the printed table says for each status.
+WORDS = {"ok": "ok", "warning": "WARNING", "failed": "FAILED"}
+
+
+def status(r: dict) -> str:
+    """``failed``, ``warning`` or ``ok``: a check that failed is failed, whatever it also warns."""
+    if not r["ok"]:
+        return "failed"
+    return "warning" if r.get("warning") else "ok"
 
 
 def junit_xml(results: list[dict], started: float, duration: float) -> str:
@@ -48,7 +61,8 @@ def junit_xml(results: list[dict], started: float, duration: float) -> str:
                 failure = ET.SubElement(case, "failure", {"type": r["check"], "message": r["message"].splitlines()[0]})
                 failure.text = r["message"]
         out = ET.SubElement(suite, "system-out")
-        out.text = "\n".join(f"{r['check']} {r['node'] or CLUSTER_NODE}: {r['message']}" for r in mine if r.get("warning"))
+        out.text = "\n".join(f"WARNING {r['check']} {r['node'] or CLUSTER_NODE}: {r['message']}" for r in mine
+                             if status(r) == "warning")
         ET.SubElement(suite, "system-err").text = ""
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
@@ -59,10 +73,13 @@ def write_metrics(path: str, results: list[dict], started: float) -> None:
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
     registry = CollectorRegistry()
-    ok = Gauge("bcd_audit_check_ok", "1 when the bcd audit check passed for the cluster and node (node empty: the cluster), else 0",
-               ["cluster", "check", "node"], registry=registry)
+    ok = Gauge("bcd_audit_check_ok", "1 when the bcd audit check passed (ok or warning) for the cluster and node "
+               "(node empty: the cluster), 0 when it failed", ["cluster", "check", "node"], registry=registry)
+    warning = Gauge("bcd_audit_check_warning", "1 when the bcd audit check passed with a warning for the cluster and node "
+                    "(node empty: the cluster), else 0", ["cluster", "check", "node"], registry=registry)
     for r in results:
-        ok.labels(r["cluster"], r["check"], r["node"]).set(1 if r["ok"] else 0)
+        ok.labels(r["cluster"], r["check"], r["node"]).set(0 if status(r) == "failed" else 1)
+        warning.labels(r["cluster"], r["check"], r["node"]).set(1 if status(r) == "warning" else 0)
     Gauge("bcd_audit_last_run_timestamp_seconds", "Unix time the bcd audit ran", registry=registry).set(started)
     write_to_textfile(path, registry)
 
@@ -79,11 +96,11 @@ def table(results: list[dict]) -> list[str]:
         for n in nodes:
             row = {r["check"]: r for r in per_node if r["node"] == n}
             lines.append(n.ljust(width) + "  " + "  ".join(
-                ("ok" if row[c]["ok"] else "FAILED").ljust(14) if c in row else "-".ljust(14) for c in checks))
+                WORDS[status(row[c])].ljust(14) if c in row else "-".ljust(14) for c in checks))
     for r in results:
-        if not r["ok"] and r["node"]:
-            lines.append(f"FAILED {r['check']} {r['node']}: {r['message']}")
+        if status(r) != "ok" and r["node"]:
+            lines.append(f"{WORDS[status(r)]} {r['check']} {r['node']}: {r['message']}")
     for r in results:
         if not r["node"]:
-            lines.append(f"{('WARNING' if r.get('warning') else 'ok') if r['ok'] else 'FAILED'} {r['check']}: {r['message']}")
+            lines.append(f"{WORDS[status(r)]} {r['check']}: {r['message']}")
     return lines

@@ -16,7 +16,10 @@ description:
     check). Changes nothing and mints nothing; the only writes are server-side dry runs.
   - "C(drift-namespace), C(drift-configmap), C(drift-daemonset) - each rendered object (O(objects))
     against the live one, by a server-side apply dry run with field manager C(bcd-ansible) (what
-    rollout.yml would change) - the fields that differ, the image digest on its own line, and the
+    rollout.yml would change) - the fields of the render that differ (only what the render sets and
+    C(bcd-ansible) owns: what the API server or controllers set, such as the DaemonSet's
+    C(deprecated.daemonset.template.generation) annotation, C(metadata.generation) or defaulted pod
+    fields, is never drift), the image digest on its own line, and the
     field managers other than C(bcd-ansible) that updated the object after bcd-ansible last applied
     it (a hand edit, a GitOps controller)."
   - "C(clusterpolicy) (with C(bcd_nvidia_toolkit=gpu-operator)) - the ClusterPolicy isolation settings
@@ -53,15 +56,10 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
     details: Read-only either way.
-  diff_mode:
-    support: none
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
@@ -149,6 +147,24 @@ def _comparable(obj: dict) -> dict:
     return {**{k: v for k, v in obj.items() if k not in ("metadata", "status")}, "metadata": meta}
 
 
+def _rendered(obj: dict):
+    """Whether a dotted path (``_flat``) is one the render sets: what bcd-ansible renders and owns.
+
+    The dry run also moves what the API server and controllers set on an apply (the DaemonSet's
+    ``deprecated.daemonset.template.generation`` annotation and ``generation``, defaulted pod
+    fields, a Namespace's ``kubernetes.io/metadata.name`` label and finalizers): none is in the
+    render, so none is drift. A list whose items have no name (tolerations) is compared whole:
+    an atomic list the apply would replace differs at indexes the render does not have.
+    """
+    paths = set(_flat(_comparable(obj)))
+    paths |= {key[:m.start()] for key in paths for m in re.finditer(r"\[\d+\]", key)}
+
+    def ours(key: str) -> bool:
+        return any(key == p or key.startswith((p + ".", p + "[")) for p in paths)
+
+    return ours
+
+
 def _images(obj: dict) -> dict[str, str]:
     pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     return {c.get("name"): c.get("image") for c in (pod.get("initContainers") or []) + (pod.get("containers") or [])}
@@ -173,7 +189,8 @@ def drift(core, obj: dict, cluster: str) -> dict:
     dry = core.request("PATCH", p, {"fieldManager": FIELD_MANAGER, "force": "true", "dryRun": "All"}, obj,
                        content_type="application/apply-patch+yaml")
     before, after = _flat(_comparable(live)), _flat(_comparable(dry))
-    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    ours = _rendered(obj)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k) and ours(k))
     if not changed:
         return result(cluster, check, "", True, f"{where} is as rendered")
     lines = [f"{where} differs from the render in {', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}"]
@@ -294,7 +311,9 @@ def run(module, inv, cp, core) -> list[dict]:
         msg = (f"Pod Security lets pods in {', '.join(open_ns)} run privileged or mount host paths (no "
                "pod-security.kubernetes.io/enforce label, or privileged): label them baseline or restricted, or list them "
                "in bcd_privileged_namespaces")
-        out.append(result(cluster, "pod-security", "", not inv.bcd_require_pod_security, msg, warning=True))
+        # a warning when it passes; with bcd_require_pod_security a failure, nothing else
+        out.append(result(cluster, "pod-security", "", not inv.bcd_require_pod_security, msg,
+                          warning=not inv.bcd_require_pod_security))
     else:
         out.append(result(cluster, "pod-security", "", True, "every other namespace enforces baseline or restricted"))
     return out

@@ -13,12 +13,18 @@ short_description: Write the audit's JSON report, JUnit XML and Prometheus textf
 description:
   - "Takes the C(bcd_audit) results of every cluster of the run (and clusters whose audit could not
     run) and writes, each when its path is given, the JSON report (O(report_out),
-    C({started_at, finished_at, passed, failed_checks, clusters})), JUnit XML (O(junit_out), one test
-    case per check and node, so AWX, Jenkins or GitLab show failures) and a Prometheus textfile
-    (O(metrics_out), node-exporter textfile-collector format written with C(prometheus_client) -
-    C(bcd_audit_check_ok{cluster,check,node}) and C(bcd_audit_last_run_timestamp_seconds)). Files are
+    C({started_at, finished_at, passed, failed_checks, clusters}), each result with its C(status)),
+    JUnit XML (O(junit_out), one test case per check and node, so AWX, Jenkins or GitLab show
+    failures; a warning is a C(WARNING) line of the suite's C(system-out)) and a Prometheus
+    textfile (O(metrics_out), node-exporter textfile-collector format written with
+    C(prometheus_client) - C(bcd_audit_check_ok{cluster,check,node}), 0 for a failed check,
+    C(bcd_audit_check_warning{cluster,check,node}), 1 for a check that passed with a warning, and
+    C(bcd_audit_last_run_timestamp_seconds)). Files are
     replaced whole on each run (a schedule rewrites them); they hold no secret."
   - A cluster whose audit could not run gets one failed C(audit) check naming the error.
+  - "A check's C(status) is C(failed) when it did not pass, else C(warning) when it has something to
+    say, else C(ok); the printed table (C(WARNING), C(FAILED), C(ok)), the JSON, the JUnit XML and
+    the metrics all say the same for every check."
 options:
   results:
     description: The M(bcd.kubernetes.bcd_audit) result C(results) of every cluster, concatenated.
@@ -44,15 +50,10 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
     details: The files are written in check mode too; they are the audit's output, not a change to a cluster.
-  diff_mode:
-    support: none
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
@@ -80,7 +81,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import junit_xml, write_metrics
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import junit_xml, status, write_metrics
 
 
 def _write(path: str, text: str) -> None:
@@ -115,6 +116,8 @@ def main() -> None:
     for err in p["errors"]:
         results.append({"cluster": err["cluster"], "check": "audit", "node": "", "ok": False,
                         "message": f"the audit could not run: {err['message']}", "warning": False})
+    for r in results:
+        r["status"] = status(r)
     finished = time.time()
     failed = sum(1 for r in results if not r["ok"])
     clusters = {}

@@ -43,14 +43,7 @@ options:
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - ansible.builtin.action_common_attributes
-attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  - bcd.kubernetes.attributes
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

@@ -45,14 +45,7 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - ansible.builtin.action_common_attributes
-attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  - bcd.kubernetes.attributes
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

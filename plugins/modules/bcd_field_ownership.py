@@ -41,12 +41,8 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
-  check_mode:
-    support: full
   diff_mode:
     support: full
 author:

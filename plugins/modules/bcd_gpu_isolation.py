@@ -159,15 +159,12 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
   platform:
-    platforms: posix
     details: Runs on the controller, or with O(scope=node) on a GPU node.
   check_mode:
-    support: full
     details: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

@@ -61,16 +61,13 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
     details: Mints nothing, revokes nothing, writes nothing; C(changed) says whether it would.
   diff_mode:
-    support: none
-    details: The Secret is never diffed, it holds the token.
+    support: partial
+    details: With O(state=absent), the tokens revoked (id and description) and the Secret deleted (its name, never its data).
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
@@ -284,7 +281,13 @@ def absent(module, inv, cp, core) -> None:
             secret_deleted, note = delete_secret(core, inv, module.check_mode)
         except KubeError as exc:
             failures.append(str(exc))
+    # the diff names what goes, never a token value (the Secret's data is not read into it)
+    described = {t["id"]: t.get("description") or "" for t in found}
+    diff = {"before": "".join(f"join token {i} ({described[i]}): live\n" for i in revoked)
+            + (f"Secret {where['namespace']}/{where['name']} (holds the join token under key {where['key']})\n" if secret_deleted else ""),
+            "after": "".join(f"join token {i} ({described[i]}): revoked\n" for i in revoked)}
     result = {"changed": bool(revoked or secret_deleted), "revoked": revoked, "secret_deleted": secret_deleted, "secret": where,
+              "diff": diff,
               "stale": [{"id": t["id"], "description": t.get("description"), "createdAt": t.get("createdAt")} for t in found]
               if p["scope"] == "stale" else [], "cp_requests": cp.requests}
     if note:

@@ -63,15 +63,10 @@ options:
     default: 0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
     details: In check mode the Lease is read, never written; a held lock is still reported.
-  diff_mode:
-    support: none
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

@@ -68,12 +68,9 @@ options:
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
     details: In check mode O(dest) is not written; C(changed) says whether it would be.
   diff_mode:
     support: partial

@@ -39,15 +39,11 @@ options:
     type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes.node
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on a GPU node.
   check_mode:
-    support: full
     details: Generates to a temporary file only and reports whether the specification would change.
-  diff_mode:
-    support: none
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

@@ -38,12 +38,10 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes.node
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on a GPU node.
   check_mode:
-    support: full
     details: Runs C(nvidia-ctk config) to stdout only and reports the change it would make.
   diff_mode:
     support: full

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: bcd-ansible contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ansible module bcd_release_nodes: the cluster's nodes leave the control plane, or lose bcd's labels."""
+"""Ansible module bcd_release_nodes: the cluster's nodes leave the control plane, lose bcd's labels, or bcd's objects go."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: bcd_release_nodes
 version_added: 1.0.0
-short_description: Remove a released cluster's nodes from the control plane, or bcd's labels from its Nodes
+short_description: Remove a released cluster's nodes from the control plane, bcd's labels from its Nodes, or bcd's objects
 description:
   - O(step=control_plane) tells the control plane that the cluster's nodes leave (C(nodes.remove)
     for each, control-plane-api.md). The cluster's nodes are the pool's nodes (C(nodes.list), every
@@ -21,29 +21,52 @@ description:
     already C(removed) is left as it is (a second run changes nothing).
   - O(step=labels) removes every C(bcd.dev/*) label from every Node (a JSON merge patch setting
     them to null), and nothing else.
+  - O(step=objects) deletes the objects O(objects) names (bcd's DaemonSet, with foreground
+    propagation so its pods go first, its ConfigMap, the Namespace adoption created), each that
+    exists; with O(wait), waits up to O(wait_timeout) seconds until each is gone. In check mode
+    each deletion is a server-side dry run (C(dryRun=All)), so a deletion the API server would
+    refuse fails in check mode too.
   - Control-plane calls retry 429, 502, 503, 504 and connection failures within
     C(bcd_control_plane_timeout).
 options:
   step:
-    description: C(control_plane) removes the nodes from the control plane; C(labels) removes the Nodes' bcd.dev/* labels.
+    description:
+      - C(control_plane) removes the nodes from the control plane; C(labels) removes the Nodes'
+        bcd.dev/* labels; C(objects) deletes O(objects).
     type: str
-    choices: [control_plane, labels]
+    choices: [control_plane, labels, objects]
     required: true
+  objects:
+    description:
+      - With O(step=objects), the objects to delete, in order, C({kind, name, namespace}); C(kind) is
+        C(DaemonSet), C(ConfigMap) or C(Namespace) (C(namespace) is left out for a Namespace).
+    type: list
+    elements: dict
+    default: []
+  wait:
+    description: With O(step=objects), wait until each deleted object is gone (a Namespace's finalizers have run).
+    type: bool
+    default: false
+  wait_timeout:
+    description: With O(wait), how long to wait, in seconds, before failing and naming what is left.
+    type: int
+    default: 300
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
-    support: full
-    details: Removes nothing and patches nothing; RV(removed) and RV(labels) say what would go.
+    details:
+      - Removes, patches and deletes nothing (deletions are server-side dry runs).
+      - RV(removed), RV(labels) and RV(deleted) say what would go.
   diff_mode:
     support: full
-    details: The Nodes' bcd.dev/* labels and the control-plane nodes' states, before and after.
+    details:
+      - The Nodes' bcd.dev/* labels and the control-plane nodes' states, before and after.
+      - Each object deleted, its YAML without the server's bookkeeping.
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
@@ -60,6 +83,14 @@ EXAMPLES = r"""
   bcd.kubernetes.bcd_release_nodes:
     config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     step: labels
+
+- name: Delete the Namespace adoption created, and wait until it is gone
+  bcd.kubernetes.bcd_release_nodes:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
+    step: objects
+    objects:
+      - {kind: Namespace, name: bcd-system}
+    wait: true
 """
 
 RETURN = r"""
@@ -83,8 +114,16 @@ labels:
   returned: step=labels
   type: list
   elements: dict
+deleted:
+  description: With O(step=objects), each object deleted now (or that would be), C({kind, name, namespace}).
+  returned: step=objects
+  type: list
+  elements: dict
 """
 
+import time
+
+import yaml
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
@@ -98,6 +137,9 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 
 LABEL_PREFIX = "bcd.dev/"
+PLURALS = {"DaemonSet": "daemonsets", "ConfigMap": "configmaps", "Namespace": "namespaces"}
+# What the API server keeps on every object: not what goes, so not in the diff.
+BOOKKEEPING = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink")
 NODE_ID_LABEL = "bcd.dev/node-id"
 
 
@@ -158,10 +200,61 @@ def labels_step(module, core) -> None:
     module.exit_json(changed=bool(found), labels=[{"name": i["name"], "keys": i["keys"]} for i in found], diff=diff)
 
 
+def _shown(obj: dict) -> str:
+    """The YAML of an object that goes, without the server's bookkeeping and status."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in BOOKKEEPING}
+    return yaml.safe_dump({**{k: v for k, v in obj.items() if k not in ("metadata", "status")}, "metadata": meta},
+                          sort_keys=False, default_flow_style=False)
+
+
+def objects_step(module, core) -> None:
+    p = module.params
+    deleted, going, before = [], [], []
+    for ref in p["objects"]:
+        kind, name, ns = ref.get("kind"), ref.get("name"), ref.get("namespace")
+        if kind not in PLURALS or not name:
+            module.fail_json(msg=f"objects: {ref!r}: kind must be one of {', '.join(PLURALS)} and name set")
+        where = f"{kind} {ns + '/' if ns and kind != 'Namespace' else ''}{name}"
+        obj_path = path(PLURALS[kind], name, ns if kind != "Namespace" else None)
+        live = core.get(obj_path)
+        if live is None:
+            continue
+        if (live.get("metadata") or {}).get("deletionTimestamp"):
+            going.append({"kind": kind, "name": name, "namespace": ns if kind != "Namespace" else None})
+            continue  # being deleted already (an earlier run): waited for, not deleted again
+        # the DaemonSet's pods go before it does (its ConfigMap is deleted after them)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground" if kind == "DaemonSet" else "Background"}
+        if module.check_mode:
+            # in the body: the API server reads a DELETE's options from its body when it has one,
+            # and ignores the query then
+            body["dryRun"] = ["All"]
+        try:
+            core.request("DELETE", obj_path, None, body)
+        except KubeError as exc:
+            if exc.status != 404:
+                module.fail_json(msg=f"deleting {where}: {exc}", deleted=deleted)
+        deleted.append({"kind": kind, "name": name, "namespace": ns if kind != "Namespace" else None})
+        before.append(f"# {where}\n{_shown(live)}")
+    if p["wait"] and deleted + going and not module.check_mode:
+        deadline = time.monotonic() + p["wait_timeout"]
+        left = deleted + going
+        while left:
+            left = [d for d in left if core.get(path(PLURALS[d["kind"]], d["name"], d["namespace"])) is not None]
+            if left and time.monotonic() >= deadline:
+                module.fail_json(msg=f"still there after {p['wait_timeout']} s: " + ", ".join(f"{d['kind']} {d['name']}" for d in left)
+                                 + " (a finalizer that does not finish: kubectl get it -o yaml names it)", changed=True, deleted=deleted)
+            if left:
+                time.sleep(2)
+    module.exit_json(changed=bool(deleted), deleted=deleted, diff={"before": "".join(before), "after": ""})
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, **KUBE_OPTIONS,
-                       "step": {"type": "str", "choices": ["control_plane", "labels"], "required": True}},
+                       "step": {"type": "str", "choices": ["control_plane", "labels", "objects"], "required": True},
+                       "objects": {"type": "list", "elements": "dict", "default": []},
+                       "wait": {"type": "bool", "default": False},
+                       "wait_timeout": {"type": "int", "default": 300}},
         supports_check_mode=True,
     )
     step = module.params["step"]
@@ -170,6 +263,8 @@ def main() -> None:
     try:
         if step == "control_plane":
             control_plane_step(module, inv, control_plane(module, inv), core)
+        elif step == "objects":
+            objects_step(module, core)
         else:
             labels_step(module, core)
     except KubeError as exc:

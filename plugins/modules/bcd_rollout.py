@@ -85,15 +85,11 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.control_plane
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
 attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
   check_mode:
     support: partial
     details: C(state=status) is read-only and runs in check mode; C(state=run) changes nothing in check mode.
-  diff_mode:
-    support: none
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

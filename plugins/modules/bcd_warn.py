@@ -21,14 +21,7 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  platform:
-    platforms: posix
-    details: Runs on the controller.
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  - bcd.kubernetes.attributes
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

@@ -92,10 +92,11 @@ def restart(sdir: Path, kubeconfig: Path | None = None) -> None:
 
 
 def status(sdir: Path) -> dict:
-    """``{"running", "pid", "answers", "url", "admin_url", "gateway_url", "tokens", "nodes"}``.
+    """``{"running", "pid", "answers", "url", "admin_url", "gateway_url", "tokens", "nodes", "removed_nodes"}``.
 
     ``answers``: discovery answered over TLS; ``tokens``: how many live join tokens (neither revoked nor
-    expired) the database holds; ``nodes``: how many nodes.
+    expired) the database holds; ``nodes``: how many nodes are in a pool (every state but ``removed``);
+    ``removed_nodes``: how many left it (``nodes.remove``, as release-cluster.yml does).
     """
     sdir = Path(sdir).resolve()
     paths = Paths(sdir)
@@ -103,7 +104,7 @@ def status(sdir: Path) -> dict:
     pid = proc.pid_of(sdir, NAME)
     report = {"running": pid is not None, "pid": pid, "answers": pid is not None and _discovery(sdir) is not None,
               "url": state.get("url"), "admin_url": state.get("admin_url"), "gateway_url": state.get("gateway_url"),
-              "tokens": None, "nodes": None}
+              "tokens": None, "nodes": None, "removed_nodes": None}
     if paths.db.exists():
         try:
             conn = sqlite3.connect(f"file:{paths.db}?mode=ro", uri=True, timeout=2.0)
@@ -111,7 +112,9 @@ def status(sdir: Path) -> dict:
                 # live tokens only (neither revoked nor expired): what an operator wants to see at zero
                 report["tokens"] = conn.execute("SELECT COUNT(*) FROM join_tokens WHERE revoked_at IS NULL AND expires_at > ?",
                                                 (time.time(),)).fetchone()[0]
-                report["nodes"] = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
+                # a removed node stays in the table (nodes.list shows it) but is no longer in the pool
+                report["nodes"] = conn.execute("SELECT COUNT(*) FROM nodes WHERE state != 'removed'").fetchone()[0]
+                report["removed_nodes"] = conn.execute("SELECT COUNT(*) FROM nodes WHERE state = 'removed'").fetchone()[0]
             finally:
                 conn.close()
         except sqlite3.Error:

@@ -86,6 +86,72 @@ def test_every_check_passes_on_an_adopted_cluster(sandbox, tmp_path, cp, cpvars)
     assert "NODE" in run.stdout and "GPU-ISOLATION" in run.stdout
 
 
+def printed_statuses(stdout: str) -> dict[tuple[str, str], str]:
+    """(check, node) -> ok/warning/failed as the printed report says it: the per-node table's cells
+    and the cluster-level lines (``ok|WARNING|FAILED <check>: ...``)."""
+    words = {"ok": "ok", "WARNING": "warning", "FAILED": "failed"}
+    out, columns = {}, []
+    for raw in stdout.splitlines():
+        tokens = raw.strip().removeprefix("- ").strip("'\"").split()
+        if not tokens:
+            continue
+        if tokens[0] == "NODE":
+            columns = [c.lower() for c in tokens[1:]]
+        elif columns and len(tokens) == len(columns) + 1 and all(w in words or w == "-" for w in tokens[1:]):
+            out.update({(c, tokens[0]): words[w] for c, w in zip(columns, tokens[1:], strict=True) if w != "-"})
+        elif tokens[0] in words and len(tokens) > 1 and tokens[1].endswith(":"):
+            out[(tokens[1][:-1], "")] = words[tokens[0]]
+    return out
+
+
+def test_the_printed_report_json_junit_and_metrics_agree_on_every_check(sandbox, tmp_path):
+    """On a run with a warning (Pod Security of namespace default), every check has one status,
+    ok, warning or failed, in all four outputs."""
+    run, report, junit, metrics = audit(tmp_path)
+    assert run.returncode == 0, run.stdout[-4000:]
+    results = report["clusters"]["sandbox"]["results"]
+    from_json = {(r["check"], r["node"]): r["status"] for r in results}
+    assert from_json[("pod-security", "")] == "warning"
+    assert all(r["status"] == ("failed" if not r["ok"] else "warning" if r["warning"] else "ok") for r in results)
+    assert printed_statuses(run.stdout) == from_json, run.stdout[-4000:]
+    suite = xmlschema.XMLSchema(str(SCHEMA)).to_dict(junit)["testsuite"][0]
+    from_junit = {}
+    for case in suite["testcase"]:
+        check, node = case["@classname"].rsplit(".", 1)[1], "" if case["@name"] == "cluster" else case["@name"]
+        warned = f"WARNING {check} {case['@name']}: " in (suite.get("system-out") or "")
+        from_junit[(check, node)] = "failed" if "failure" in case else "warning" if warned else "ok"
+    assert from_junit == from_json
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    ok = {(s.labels["check"], s.labels["node"]): s.value for s in families["bcd_audit_check_ok"].samples}
+    warning = {(s.labels["check"], s.labels["node"]): s.value for s in families["bcd_audit_check_warning"].samples}
+    assert {k: "failed" if v == 0 else "warning" if warning[k] == 1 else "ok" for k, v in ok.items()} == from_json
+
+
+def test_drift_names_only_what_the_render_sets(sandbox, tmp_path):
+    """A hand edit of the image moves the DaemonSet's template generation (the server's
+    deprecated.daemonset.template.generation annotation and metadata.generation): the drift names
+    the image and the update strategy, never what the API server or a controller sets."""
+    with sandbox.api_client() as api:
+        ds = k8s.AppsV1Api(api).read_namespaced_daemon_set("bcd", NS)
+    image = next(c.image for c in ds.spec.template.spec.containers if c.name == "bcd")
+    edited = image.split("@sha256:")[0] + "@sha256:" + "1" * 64
+    patch = {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
+                      "template": {"spec": {"containers": [{"name": "bcd", "image": edited}]}}}}
+    undo = {"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                     "template": {"spec": {"containers": [{"name": "bcd", "image": image}]}}}}
+    sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(patch))
+    try:
+        run, report, _, _ = audit(tmp_path, "-e", "bcd_audit_report_only=true")
+    finally:
+        sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(undo))
+    assert run.returncode == 0, run.stdout[-3000:]  # bcd_audit_report_only: the outputs are the alert
+    assert failed(report) == {("drift-daemonset", "")}, failed(report)
+    first = message(report, "drift-daemonset").splitlines()[0]
+    fields = first.split(" differs from the render in ", 1)[1].split(", ")
+    assert fields == ["spec.template.spec.containers[bcd].image", "spec.updateStrategy.rollingUpdate.maxSurge",
+                      "spec.updateStrategy.rollingUpdate.maxUnavailable", "spec.updateStrategy.type"], first
+
+
 def test_refuses_variables_that_would_change_something(tmp_path):
     out = tmp_path / "render.json"
     run = run_playbook("audit.yml", "-e", f"bcd_render_out={out}")

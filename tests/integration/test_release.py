@@ -7,7 +7,10 @@ and a new adoption.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+import time
 
 import pytest
 from kubernetes import client as k8s
@@ -110,16 +113,52 @@ def test_a_node_holding_an_allocation_stops_it(sandbox, released_from, admin, cp
 
 
 def test_check_mode_shows_it_all_and_changes_nothing(sandbox, released_from, cp, cpvars):
-    before = cp_nodes(cp, cpvars)
-    labels = bcd_labels(sandbox)
-    run = release("-e", "bcd_release_confirm=sandbox", "--check", "--diff")
-    assert run.returncode == 0, run.stdout[-3000:]
-    assert f"Would remove {len(sandbox.gpu_node_names())} node(s) from the control plane" in run.stdout
-    assert "bcd.dev/node-id=" in run.stdout, "--diff shows the labels that go"
-    assert recap(run.stdout)["sandbox"]["changed"] > 0
-    assert daemonset(sandbox) is not None
-    assert cp_nodes(cp, cpvars) == before
-    assert bcd_labels(sandbox) == labels
+    """--check --diff shows every change the release would make: the tokens revoked and the join
+    Secret deleted (never a secret's value), the nodes that leave the control plane, the
+    DaemonSet, ConfigMap and Namespace deleted, the labels removed, the ClusterPolicy put back
+    (without the server's bookkeeping); and changes nothing."""
+    tenant, pool = cpvars["bcd_tenant"], cpvars["bcd_pool"]
+    # a new idempotency key each run: the same key would give back the token an earlier run revoked
+    left = cp.create_token(tenant, pool, 1, 3600, f"left-before-a-check-{time.time_ns()}",
+                           "bcd-ansible cluster=sandbox run=killed-check playbook=adopt-cluster")
+    with sandbox.api_client() as api:
+        k8s.CoreV1Api(api).create_namespaced_secret(NS, {
+            "metadata": {"name": "bcd-join", "labels": {"app.kubernetes.io/managed-by": "bcd-ansible"}},
+            "stringData": {"token": "not-a-real-token-in-check"}})
+    try:
+        before = cp_nodes(cp, cpvars)
+        labels = bcd_labels(sandbox)
+        policy_before = policy(sandbox)
+        run = release("-e", "bcd_release_confirm=sandbox", "-e", "bcd_release_restore_gpu_stack=true", "--check", "--diff")
+        assert run.returncode == 0, run.stdout[-3000:]
+        out = run.stdout
+        gpu = sandbox.gpu_node_names()
+        assert f"Would remove {len(gpu)} node(s) from the control plane" in out
+        assert "bcd.dev/node-id=" in out, "--diff shows the labels that go"
+        assert f"-join token {left['id']} (bcd-ansible cluster=sandbox run=killed-check" in out, out[-8000:]
+        assert f"+join token {left['id']} (bcd-ansible cluster=sandbox run=killed-check playbook=adopt-cluster): revoked" in out
+        assert "-Secret bcd-system/bcd-join (holds the join token under key token)" in out
+        for node in gpu:
+            assert f"+{node} {before[node]['id']}: removed" in out, out[-5000:]
+        for gone in ("DaemonSet bcd-system/bcd", "ConfigMap bcd-system/bcd-config", "Namespace bcd-system"):
+            assert f"-# {gone}" in out, gone
+        assert re.search(r"^-\s+bcd\.dev/gpu-stack-previous:", out, re.M), "the annotation dropped"
+        assert "managedFields" not in out
+        # no secret in the output, at any place
+        assert "not-a-real-token-in-check" not in out and base64.b64encode(b"not-a-real-token-in-check").decode() not in out
+        assert cpvars["bcd_api_key"] not in out + run.stderr
+        assert recap(out)["sandbox"]["changed"] >= 6
+        assert daemonset(sandbox) is not None
+        assert cp_nodes(cp, cpvars) == before
+        assert bcd_labels(sandbox) == labels
+        assert policy(sandbox)["spec"] == policy_before["spec"]
+        assert not cp.get_token(tenant, left["id"]).get("revokedAt")
+        with sandbox.api_client() as api:
+            assert k8s.CoreV1Api(api).read_namespaced_secret("bcd-join", NS).metadata.name == "bcd-join"
+    finally:
+        cp.revoke_token(tenant, left["id"])
+        with sandbox.api_client() as api:
+            k8s.CoreV1Api(api).delete_namespaced_secret("bcd-join", NS)
 
 
 def test_release(sandbox, released_from, cp, cpvars, tmp_path):

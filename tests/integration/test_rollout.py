@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import pytest
 
@@ -91,6 +92,10 @@ def test_check_mode_shows_the_diff_and_the_plan_and_changes_nothing(sandbox):
     out = " ".join(run.stdout.split())
     assert f"+ - image: {GOOD[0]}" in out, out[-3000:]
     assert "canary" in out and "will roll" in out
+    # a check run reports changed for what it would change (the DaemonSet's image), and prints
+    # the plan once
+    assert recap(run.stdout)["sandbox"]["changed"] >= 1, run.stdout[-3000:]
+    assert len(re.findall(r"rollout [0-9a-f]{12} -> [0-9a-f]{12}: \d+ node\(s\)", out)) == 1, out[-3000:]
     after = daemonset(sandbox)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode != 0, "no lock left"

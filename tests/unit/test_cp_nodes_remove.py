@@ -87,3 +87,26 @@ def test_an_older_database_gains_the_columns(tmp_path):
     store = Store(path)
     assert {"allocation", "removed_at"} <= {r["name"] for r in store.conn.execute("PRAGMA table_info(nodes)")}
     store.close()
+
+
+def test_status_counts_a_removed_node_apart(tmp_path):
+    """`python -m sandbox status` (the emulator's service.status) counts the nodes in the pool;
+    the ones nodes.remove took out (release-cluster.yml) are counted apart, not as still there."""
+    from sandbox.control_plane.config import Paths
+    from sandbox.control_plane.service import status
+
+    store = Store(Paths(tmp_path).db)
+    try:
+        api = Api(store, None, Seed(root_tenant="root", tenant="root", site_id="site_1", site_kind="platform",
+                                    site_owner="root", pool_id="pool_1", platform_operated=False), "https://gw.example.com")
+        tok, _ = store.create_token("root", "pool_1", "kubernetes", 5, 3600, "k1", "d")
+        joined = [store.spend_and_join(tok["id"], f"gpu-node-{i}", "site_1", "tenant-controlled")[0] for i in (1, 2, 3)]
+        assert (status(tmp_path)["nodes"], status(tmp_path)["removed_nodes"]) == (3, 0)
+        for node in joined[:2]:
+            api.call("nodes.remove", {"tenant": "root", "id": node["id"]})
+        assert (status(tmp_path)["nodes"], status(tmp_path)["removed_nodes"]) == (1, 2)
+        # a removed host that joins again is in the pool again (a new node, in place of the removed one)
+        store.spend_and_join(tok["id"], "gpu-node-1", "site_1", "tenant-controlled")
+        assert (status(tmp_path)["nodes"], status(tmp_path)["removed_nodes"]) == (2, 1)
+    finally:
+        store.close()

@@ -104,3 +104,71 @@ def test_readme_and_argument_specs_defaults_are_the_models():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--check"], capture_output=True,
                          text=True, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_attributes_come_from_the_doc_fragment(module):
+    """The attributes every module shares live in the doc fragment bcd.kubernetes.attributes; a
+    module's own attributes: block holds only what differs, and ansible-doc still shows all three
+    with their support."""
+    tree = ast.parse((ROOT / "plugins" / "modules" / f"{module}.py").read_text())
+    doc = yaml.safe_load(next(n.value.value for n in tree.body
+                              if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "DOCUMENTATION"))
+    assert "bcd.kubernetes.attributes" in doc["extends_documentation_fragment"]
+    own = doc.get("attributes") or {}
+    assert "platforms" not in (own.get("platform") or {}), "platforms comes from the fragment"
+    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "--json", "-t", "module", f"bcd.kubernetes.{module}"], cwd=ROOT,
+                         env=ansible_env(), capture_output=True, text=True, check=True)
+    shown = json.loads(run.stdout)[f"bcd.kubernetes.{module}"]["doc"]["attributes"]
+    assert shown["platform"]["platforms"] == "posix" and shown["platform"]["details"].startswith("Runs on")
+    assert shown["check_mode"]["support"] in ("full", "partial") and shown["check_mode"]["description"]
+    assert shown["diff_mode"]["support"] in ("full", "partial", "none") and shown["diff_mode"]["description"]
+    for name, value in own.items():  # a module's own word wins over the fragment's
+        assert {k: shown[name][k] for k in value} == value, name
+
+
+def _filters() -> dict:
+    """Every filter the collection ships: name -> function, from each plugins/filter/*.py FilterModule."""
+    import importlib
+
+    found = {}
+    for source in sorted((ROOT / "plugins" / "filter").glob("*.py")):
+        mod = importlib.import_module(f"ansible_collections.bcd.kubernetes.plugins.filter.{source.stem}")
+        found.update(mod.FilterModule().filters())
+    return found
+
+
+FILTERS = sorted(_filters())
+
+
+@pytest.mark.parametrize("name", FILTERS)
+def test_every_filter_is_documented_as_ansible_doc_reads_it(name):
+    """Each filter has DOCUMENTATION, EXAMPLES and RETURN in plugins/filter/<name>.yml (ansible-core's
+    layout for filter plugins): ansible-doc -t filter shows it without a warning, and the options
+    it documents are the function's parameters, in order, with their defaults."""
+    import inspect
+
+    assert (ROOT / "plugins" / "filter" / f"{name}.yml").is_file()
+    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "--json", "-t", "filter", f"bcd.kubernetes.{name}"], cwd=ROOT,
+                         env=ansible_env(), capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and "WARNING" not in run.stderr and "ERROR" not in run.stderr, run.stderr
+    entry = json.loads(run.stdout)[f"bcd.kubernetes.{name}"]
+    doc = entry["doc"]
+    assert doc["name"] == name and doc["short_description"] and doc["description"] and doc["version_added"]
+    assert entry["examples"].strip() and f"bcd.kubernetes.{name}" in entry["examples"]
+    assert entry["return"]["_value"]["description"] and entry["return"]["_value"]["type"]
+    params = list(inspect.signature(_filters()[name]).parameters.values())
+    positional = [p.strip() for p in doc["positional"].split(",")]
+    assert positional == ["_input", *(p.name for p in params[1:])]
+    assert set(doc["options"]) == set(positional)
+    for p in params[1:]:
+        assert doc["options"][p.name].get("default") == p.default, p.name
+    assert doc["options"]["_input"]["required"] is True
+
+
+def test_ansible_doc_lists_every_filter():
+    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "filter", "-l", "bcd.kubernetes"], cwd=ROOT,
+                         env=ansible_env(), capture_output=True, text=True, check=True)
+    listed = sorted(line.split()[0].removeprefix("bcd.kubernetes.") for line in run.stdout.splitlines() if line.strip())
+    assert listed == FILTERS
+    assert "has a documentation formatting error" not in run.stderr and "WARNING" not in run.stderr, run.stderr

@@ -66,3 +66,38 @@ def test_table_has_a_row_per_node_and_names_failures():
     assert lines[1].split() == ["gpu-node-1", "ok"] and lines[2].split() == ["gpu-node-2", "FAILED"]
     assert "FAILED reporting gpu-node-2: offline <&>" in lines
     assert any(line.startswith("FAILED drift-daemonset: DaemonSet") for line in lines)
+
+
+def test_every_output_says_the_same_status_for_every_check(tmp_path):
+    """ok, warning or failed, per check and node: the table, the JUnit XML and the metrics agree
+    (a failed check that also carries warning=True is failed everywhere, never a warning)."""
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import status
+
+    results = [*RESULTS, {"cluster": "west", "check": "pod-security", "node": "", "ok": False, "warning": True,
+                          "message": "required"},
+               {"cluster": "west", "check": "reporting", "node": "gpu-node-9", "ok": True, "warning": True, "message": "slow"}]
+    want = {(r["cluster"], r["check"], r["node"]): status(r) for r in results}
+    assert sorted(set(want.values())) == ["failed", "ok", "warning"]
+    out = tmp_path / "bcd_audit.prom"
+    write_metrics(str(out), results, 1_800_000_000.0)
+    families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+    ok = {(s.labels["cluster"], s.labels["check"], s.labels["node"]): s.value for s in families["bcd_audit_check_ok"].samples}
+    warn = {(s.labels["cluster"], s.labels["check"], s.labels["node"]): s.value
+            for s in families["bcd_audit_check_warning"].samples}
+    assert {k: "failed" if ok[k] == 0 else "warning" if warn[k] == 1 else "ok" for k in ok} == want
+    data = junit_schema().to_dict(junit_xml(results, 1_800_000_000.0, 2.5))
+    junit = {}
+    for suite in data["testsuite"]:
+        warned = suite.get("system-out") or ""
+        for case in suite["testcase"]:
+            check, node = case["@classname"].rsplit(".", 1)[1], "" if case["@name"] == "cluster" else case["@name"]
+            line = f"WARNING {check} {case['@name']}: "
+            junit[(suite["@name"], check, node)] = "failed" if "failure" in case else "warning" if line in warned else "ok"
+    assert junit == want
+    word = {"ok": "ok", "warning": "WARNING", "failed": "FAILED"}
+    for cluster in ("east", "west"):
+        lines = table([r for r in results if r["cluster"] == cluster])
+        for r in results:
+            if r["cluster"] == cluster and not r["node"]:
+                assert f"{word[want[(cluster, r['check'], '')]]} {r['check']}: {r['message']}" in lines
+    assert "WARNING reporting gpu-node-9: slow" in table(results)
