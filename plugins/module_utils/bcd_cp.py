@@ -85,8 +85,10 @@ class Client:
     ``base_url``: https URL, may carry a base path. ``api_key``: bearer key, else
     ``$BETTER_COMPUTE_API_KEY``. ``ca_file``: PEM bundle to verify the server with, else the
     system trust store. ``timeout``: seconds per request. ``retry_budget``: seconds a call may
-    spend retrying retryable failures. ``sleep``/``clock`` are injectable for tests. ``version``:
-    the collection's version for the User-Agent (else read from galaxy.yml or MANIFEST.json).
+    spend retrying retryable failures. ``sleep``/``clock`` are injectable for tests. ``on_retry``:
+    called with a dict for each retry and when a retried call ends (:meth:`_report`), for
+    progress lines. ``version``: the collection's version for the User-Agent (else read from
+    galaxy.yml or MANIFEST.json).
     """
 
     def __init__(self, base_url: str, api_key: str | None = None, ca_file: str | None = None,
@@ -173,17 +175,20 @@ class Client:
         return doc
 
     def _call(self, method: str, path: str, body: dict | None, auth: bool, procedure: str) -> dict:
-        deadline = self._clock() + self.retry_budget
+        started = self._clock()
+        deadline = started + self.retry_budget
         attempt = 0
         backoff = 0.5
         while True:
             attempt += 1
             try:
-                return self._once(method, path, body, auth, procedure)
+                answer = self._once(method, path, body, auth, procedure)
             except ControlPlaneError as exc:
                 retryable = exc.code == "UNREACHABLE" or exc.status in RETRYABLE_STATUS
                 if not retryable:
                     exc.attempts = attempt
+                    if attempt > 1:
+                        self._report("ended", procedure, attempt, started, exc)
                     raise
                 # full jitter, never less than what the server asked for
                 delay = random.uniform(0, backoff)  # noqa: S311 - jitter, not crypto
@@ -191,12 +196,33 @@ class Client:
                 if retry_after is not None:
                     delay = max(delay, retry_after)
                 if self._clock() + delay > deadline:
+                    self._report("ended", procedure, attempt, started, exc)
                     raise ControlPlaneError(exc.code, f"{exc.message}; gave up after {self.retry_budget:g}s of retries",
                                             status=exc.status, procedure=procedure, attempts=attempt) from None
-                if self.on_retry:
-                    self.on_retry(procedure, exc, delay)
+                self._report("retry", procedure, attempt, started, exc, delay)
                 self._sleep(delay)
                 backoff = min(backoff * 2, 30.0)
+                continue
+            if attempt > 1:
+                self._report("ended", procedure, attempt, started)
+            return answer
+
+    def _report(self, kind: str, procedure: str, attempt: int, started: float, exc: ControlPlaneError | None = None,
+                delay: float = 0.0) -> None:
+        """Tell ``on_retry`` (a progress reporter) about a retry: ``kind`` ``retry`` (attempt
+        ``attempt`` failed with ``exc``; the next in ``delay`` s) or ``ended`` (the call was
+        answered, or failed for good, at attempt ``attempt``). ``waited``: seconds since the call
+        began; ``budget``: the retry budget. Holds the error's code and message, never a secret."""
+        if not self.on_retry:
+            return
+        event = {"kind": kind, "procedure": procedure, "attempt": attempt, "waited": round(self._clock() - started, 3),
+                 "delay": round(delay, 3), "budget": self.retry_budget, "request_timeout": self.timeout}
+        if exc is not None:
+            event.update(code=exc.code, status=exc.status, message=exc.message)
+        try:
+            self.on_retry(event)
+        except Exception:  # noqa: BLE001, S110 - progress is best effort; the call goes on
+            pass
 
     def call(self, procedure: str, body: dict) -> dict:
         """``POST <base>/rpc/<procedure>`` with ``body``; returns the answer object."""

@@ -104,7 +104,9 @@ class Kube:
             raw = resp.read()
         except Exception as exc:  # noqa: BLE001 - urllib3/SSL/socket errors: one line, never a traceback
             where = f" ({self.source})" if self.source else ""
-            raise KubeError(f"{method} {path}: cannot reach the Kubernetes API{where}: {exc}") from None
+            # urllib3 wraps the cause (refused, timed out, TLS) in MaxRetryError: name the cause
+            cause = getattr(exc, "reason", None) or exc
+            raise KubeError(f"{method} {path}: cannot reach the Kubernetes API{where}: {cause}") from None
         doc = None
         if raw:
             try:

@@ -77,9 +77,35 @@ def label_selector(inv: Inventory) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(inv.bcd_node_selector.items()))
 
 
+# The file the action plugin reads this module's control-plane retries from, to print them as
+# they happen (plugin_utils/bcd_progress.py, RetryWatch); unset when nothing reads them.
+PROGRESS_ENV = "BCD_PROGRESS_FILE"
+
+
+def retry_reporter():
+    """An ``on_retry`` for the control-plane client that appends each retry event (JSON, one a
+    line, with the wall-clock time and the next attempt's) to ``$BCD_PROGRESS_FILE``, or None."""
+    import json
+    import os
+    import time
+
+    target = os.environ.get(PROGRESS_ENV)
+    if not target or not os.path.isfile(target):
+        return None
+
+    def on_retry(event: dict) -> None:
+        now = time.time()
+        event = {**event, "at": now, "next_at": now + event.get("delay", 0.0), "variable": "bcd_control_plane_timeout"}
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event) + "\n")
+
+    return on_retry
+
+
 def control_plane(module, inv: Inventory, on_retry=None):
     """A control-plane client for the inventory; the API key comes from the no_log option
-    ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values."""
+    ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values. Its
+    retries are reported to the action plugin (:func:`retry_reporter`) unless ``on_retry`` is given."""
     import os
 
     key = module.params.get("api_key") or os.environ.get("BETTER_COMPUTE_API_KEY")
@@ -91,7 +117,7 @@ def control_plane(module, inv: Inventory, on_retry=None):
         config = module.params.get("config")
         version = config.get(VERSION_KEY) if isinstance(config, dict) else None
         return Client(inv.bcd_control_plane_url, api_key=key, ca_file=inv.bcd_control_plane_ca_file,
-                      retry_budget=inv.bcd_control_plane_timeout, on_retry=on_retry,
+                      retry_budget=inv.bcd_control_plane_timeout, on_retry=on_retry or retry_reporter(),
                       version=version if isinstance(version, str) else None)
     except ControlPlaneError as exc:
         module.fail_json(msg=str(exc))
@@ -108,6 +134,35 @@ def kube(module, inv: Inventory | None = None):
         return Kube(api_client(kubeconfig, context))
     except KubeError as exc:
         module.fail_json(msg=str(exc))
+    raise AssertionError("unreachable")
+
+
+def reach(module, kubeconfig: str | None, context: str | None, attempts: int = 3, pause: float = 2.0) -> str:
+    """Read the API server's ``/version`` with ``kubeconfig``/``context`` (bcd_kubeconfig,
+    bcd_kube_context; None: $KUBECONFIG or ~/.kube/config, its current context); return where the
+    cluster was reached (:func:`bcd_kube.describe_source`). A cluster that cannot be reached
+    fails the module, naming the kubeconfig file(s), the context and its server, and the fix."""
+    import time
+
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
+
+    try:
+        api = Kube(api_client(kubeconfig, context))
+    except KubeError as exc:
+        module.fail_json(msg=str(exc))
+    for attempt in range(1, attempts + 1):
+        try:
+            api.request("GET", "/version", timeout=10.0)
+            return api.source or "in-cluster"
+        except KubeError as exc:
+            if exc.status is not None and exc.status != 503:
+                where = "" if api.source is None or api.source in str(exc) else f" ({api.source})"
+                module.fail_json(msg=f"{exc}{where}; check bcd_kubeconfig and bcd_kube_context")
+            if attempt == attempts:
+                module.fail_json(msg=f"{exc} (tried {attempts} times, {pause:g}s apart); check that the server is up "
+                                     "and reachable from this host, or set bcd_kubeconfig and bcd_kube_context "
+                                     "to the cluster's kubeconfig and context")
+            time.sleep(pause)
     raise AssertionError("unreachable")
 
 

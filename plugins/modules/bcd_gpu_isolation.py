@@ -128,6 +128,14 @@ options:
       - O(scope=settings) and O(scope=cluster). Relative C(bcd_node_root), C(bcd_node_roots) and C(bcd_report_out) are taken
         relative to this directory (the directory ansible-playbook runs in); default the module's own.
     type: path
+  reach_cluster:
+    description:
+      - O(scope=settings) only. With C(bcd_nvidia_toolkit=gpu-operator) (whose ClusterPolicy is
+        patched next), read the API server's C(/version) with C(bcd_kubeconfig) and
+        C(bcd_kube_context), so that a cluster that cannot be reached fails here naming the
+        kubeconfig file(s), the context and its server (3 tries, 2 s apart). Returns C(cluster).
+    type: bool
+    default: false
   control_plane_nodes:
     description:
       - O(scope=cluster) only. bcd's own view of the selected Nodes, as module C(bcd_nodes) returns it
@@ -199,6 +207,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cluster:
+  description: O(scope=settings) with O(reach_cluster). Where the cluster was reached - the kubeconfig file(s), the context and its server.
+  returned: when the cluster was reached
+  type: str
+  sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
 settings:
   description: O(scope=settings). The validated GPU-isolation variables.
   returned: scope is settings
@@ -595,6 +608,7 @@ def main() -> None:
             "control_plane_nodes": {"type": "list", "elements": "dict"},
             "control_plane_error": {"type": "str"},
             "gpu_api": {"type": "str", "choices": ["device-plugin", "dra"], "default": "device-plugin"},
+            "reach_cluster": {"type": "bool", "default": False},
         },
         required_if=[("scope", "cluster", ("config",)), ("scope", "settings", ("config",))],
         supports_check_mode=True,
@@ -604,9 +618,13 @@ def main() -> None:
         run_node(module)
     elif scope == "settings":
         settings = _settings(module)
-        settings.pop("kubeconfig")
-        settings.pop("kube_context")
-        module.exit_json(changed=False, settings=settings)
+        kubeconfig, context = settings.pop("kubeconfig"), settings.pop("kube_context")
+        result = {"changed": False, "settings": settings}
+        if module.params["reach_cluster"] and settings["mode"] == "gpu-operator":
+            from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import reach
+
+            result["cluster"] = reach(module, kubeconfig, context)
+        module.exit_json(**result)
     else:
         run_cluster(module)
 

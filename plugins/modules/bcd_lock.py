@@ -58,8 +58,25 @@ options:
     description: Seconds the lock lasts without renewal (C(bcd_lock_ttl); 1800 without O(config)).
     type: int
   wait:
-    description: Seconds to wait for a lock another live run holds; 0 refuses at once.
+    description:
+      - Seconds to wait for a lock another live run holds; 0 refuses at once.
+      - The action plugin runs the module in slices of at most 25 s and prints, between them, who
+        holds the lock, until when, the time waited and the limit (O(wait_set_by) names the
+        variable that sets it).
     type: int
+    default: 0
+  wait_set_by:
+    description: The variable that sets O(wait), named in the progress lines of the wait.
+    type: str
+    default: the wait option
+  poll_for:
+    description:
+      - Internal to the action plugin. Seconds this run waits for the lock before it returns with
+        RV(waiting) true; unset, it waits until it has the lock or O(wait) has passed.
+    type: float
+  elapsed:
+    description: Internal to the action plugin. Seconds waited by earlier runs of the same wait.
+    type: float
     default: 0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
@@ -92,6 +109,22 @@ waited:
   description: Seconds spent waiting for another run.
   returned: state=present
   type: float
+waiting:
+  description: True when this run returned after O(poll_for) seconds with the lock still held by another run.
+  returned: state=present
+  type: bool
+lease:
+  description: C(Lease <namespace>/<name>).
+  returned: when RV(waiting) is true
+  type: str
+since:
+  description: When the other run took the lock (UTC, C(2026-01-31T12:00:00Z)).
+  returned: when RV(waiting) is true
+  type: str
+until:
+  description: When the other run's lock expires unless renewed (UTC, C(2026-01-31T12:00:00Z)).
+  returned: when RV(waiting) is true
+  type: str
 """
 
 import datetime as dt
@@ -173,6 +206,9 @@ def main() -> None:
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "ttl": {"type": "int"},
             "wait": {"type": "int", "default": 0},
+            "wait_set_by": {"type": "str", "default": "the wait option"},
+            "poll_for": {"type": "float"},
+            "elapsed": {"type": "float", "default": 0},
         },
         required_one_of=[("config", "namespace"), ("config", "name")],
         supports_check_mode=True,
@@ -226,7 +262,8 @@ def main() -> None:
                 module.fail_json(msg=f"releasing {where}: {exc}")
         module.exit_json(changed=False, holder=None)
 
-    started = time.monotonic()
+    run_started = time.monotonic()
+    started = run_started - max(0.0, p["elapsed"])  # the wait began in an earlier run of the action plugin
     while True:
         lease = read()
         if lease is None:
@@ -260,12 +297,17 @@ def main() -> None:
             if took:
                 module.warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
             module.exit_json(changed=False, holder=me, took_over=took, waited=round(time.monotonic() - started, 1))
+        since = _parse(spec.get("acquireTime"))
         if time.monotonic() - started >= p["wait"]:
-            since = _parse(spec.get("acquireTime"))
             module.fail_json(msg=f"locked by {holder} (since {_utc(since)}, until {_utc(expires)}); "
                                  f"another bcd-ansible run works on this cluster ({where}). Try again when it ends.",
                              holder=holder)
-        time.sleep(min(5.0, max(0.5, p["wait"] - (time.monotonic() - started))))
+        left_in_run = None if p["poll_for"] is None else p["poll_for"] - (time.monotonic() - run_started)
+        if left_in_run is not None and left_in_run <= 0:
+            module.exit_json(changed=False, waiting=True, holder=holder, lease=where, since=_utc(since), until=_utc(expires),
+                             took_over=None, waited=round(time.monotonic() - started, 1))
+        pause = min(5.0, max(0.5, p["wait"] - (time.monotonic() - started)))
+        time.sleep(pause if left_in_run is None else max(0.1, min(pause, left_in_run)))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,15 @@ options:
     type: list
     elements: str
     default: []
+  reach_cluster:
+    description:
+      - Read the API server's C(/version) with C(bcd_kubeconfig) and C(bcd_kube_context) (else
+        C($KUBECONFIG) or C(~/.kube/config) and its current context) before anything else runs,
+        so that a cluster that cannot be reached fails here, naming the kubeconfig file(s), the
+        context and its server, instead of in a later task that names none of them.
+      - A connection failure is tried 3 times, 2 s apart (each request waits up to 10 s).
+    type: bool
+    default: false
   new_files:
     description:
       - Variables naming files this playbook will create; each must not exist yet (see M(bcd.kubernetes.bcd_config)).
@@ -123,6 +132,11 @@ config_sha256:
   description: SHA-256 (hex) of C(config.toml), as in the pod annotation C(bcd.dev/config-sha256).
   returned: success
   type: str
+cluster:
+  description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
+  returned: when O(reach_cluster) is true
+  type: str
+  sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
 dest:
   description: The file written (or that would be, in check mode).
   returned: when O(dest) is set
@@ -138,6 +152,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     CONFIG_OPTION,
     inventory,
     label_selector,
+    reach,
     refuse_existing,
     refuse_missing,
     replace_file,
@@ -162,12 +177,14 @@ def main() -> None:
             "new_files": {"type": "list", "elements": "str", "default": []},
             "existing_files": {"type": "list", "elements": "str", "default": []},
             "diff_kinds": {"type": "list", "elements": "str", "default": []},
+            "reach_cluster": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     inv = inventory(module, tuple(module.params["required"]))
     refuse_existing(module, inv, module.params["new_files"])
     refuse_missing(module, inv, module.params["existing_files"])
+    cluster = reach(module, inv.bcd_kubeconfig, inv.bcd_kube_context) if module.params["reach_cluster"] else None
     try:
         with open(module.params["template"], encoding="utf-8") as handle:
             template_text = handle.read()
@@ -190,6 +207,8 @@ def main() -> None:
         "daemonset": ds,
         "config_sha256": ds["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
     }
+    if cluster:
+        result["cluster"] = cluster
     preview = [o for o in objects if o["kind"] in module.params["diff_kinds"]]
     if preview:
         result["changed"] = True

@@ -157,6 +157,21 @@ def test_retries_end_within_the_budget(server):
     assert t.now <= 60 and info.value.attempts == len(seen) > 3
 
 
+def test_each_retry_and_the_end_of_a_retried_call_are_reported_for_progress_lines(server):
+    url, ca, _seen = server([error("UNAVAILABLE", 503), error("RATE_LIMITED", 429, **{"Retry-After": "7"}),
+                             (200, {}, {"id": "p"})])
+    t = FakeTime()
+    events = []
+    client = Client(url, api_key="k-123", ca_file=ca, retry_budget=90, sleep=t.sleep, clock=t.clock, on_retry=events.append)
+    assert client.get_pool("t", "p") == {"id": "p"}
+    assert [(e["kind"], e["procedure"], e["attempt"]) for e in events] == [
+        ("retry", "pools.get", 1), ("retry", "pools.get", 2), ("ended", "pools.get", 3)]
+    assert events[0]["code"] == "UNAVAILABLE" and events[0]["status"] == 503 and events[0]["budget"] == 90
+    assert events[1]["delay"] >= 7 and events[1]["waited"] == round(t.sleeps[0], 3)
+    assert "code" not in events[2], "answered"
+    assert "k-123" not in json.dumps(events)
+
+
 def test_jitter_varies(server):
     url, ca, _ = server([error("UNAVAILABLE", 503)] * 200)
     delays = []
