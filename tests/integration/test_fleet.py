@@ -80,7 +80,7 @@ def inventory(clusters, tmp_path: Path, **per_cluster: dict) -> Path:
     common = yaml.safe_load((ROOT / "inventories/sandbox/group_vars/all.yml").read_text())
     hosts = {c.name: {**host, "sandbox_dir": str(c.sandbox.dir), **per_cluster.get(c.name, {})} for c in clusters}
     path = tmp_path / "fleet.yml"
-    path.write_text(yaml.safe_dump({"all": {"vars": common}, "clusters": {"hosts": hosts}}))
+    path.write_text(yaml.safe_dump({"all": {"vars": common}, "clusters": {"hosts": hosts}}, sort_keys=False))
     return path
 
 
@@ -130,3 +130,76 @@ def test_two_clusters_adopt_in_one_run(fleet, tmp_path):
     for name in NAMES:
         assert f"{name} ok 0/0 2 of 2 selected node(s) report, 0 joined by this run" in lines, lines
     assert all(len(c.tokens()) == 1 for c in fleet), "no token minted the second time"
+
+
+def image(pod: dict) -> str:
+    return pod["spec"]["containers"][0]["image"]
+
+
+def ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def adopted(fleet, tmp_path) -> str:
+    """Every cluster adopted on the inventory's image (unadopted first when a rollout moved it);
+    returns that image."""
+    start = yaml.safe_load((ROOT / "inventories/sandbox/host_vars/sandbox.yml").read_text())["bcd_image"]
+    for c in fleet:
+        if any(image(p) != start for p in c.pods().values()):
+            c.unadopt()
+    run = run_playbook("adopt-cluster.yml", "-i", str(inventory(fleet, tmp_path)))
+    assert run.returncode == 0, run.stdout[-3000:]
+    return start
+
+
+@pytest.mark.long
+def test_a_fleet_rollout_in_cluster_waves_rolls_back_the_cluster_that_fails(fleet, tmp_path):
+    # east (the canary wave) rolls to a good digest; west's new pods run but never turn Ready
+    start = adopted(fleet, tmp_path)
+    report = tmp_path / "rollout.json"
+    inv = inventory(fleet, tmp_path, east={"bcd_image": GOOD}, west={"bcd_image": DEAD})
+    run = run_playbook("rollout.yml", "-i", str(inv), "-e", f"bcd_report_out={report}",
+                       "-e", json.dumps({"bcd_rollout_cluster_waves": [1, "100%"], "bcd_rollout_gate_timeout": "20s"}))
+    assert run.returncode != 0, run.stdout[-4000:]
+    assert {h: c["failed"] for h, c in recap(run.stdout).items()} == {"east": 0, "west": 1}, run.stdout[-4000:]
+    out = " ".join(run.stdout.split())
+    assert "rollout on cluster west failed at" in out and "rolled back to" in out, out[-3000:]
+
+    east, west = fleet
+    assert {n: (image(p), ready(p)) for n, p in east.pods().items()} == {n: (GOOD, True) for n in east.sandbox.gpu_node_names()}
+    assert {n: (image(p), ready(p)) for n, p in west.pods().items()} == {n: (start, True) for n in west.sandbox.gpu_node_names()}
+    for c in fleet:
+        states = c.reporting()
+        assert all(states.get(n) in ("adopting", "ready") for n in c.sandbox.gpu_node_names()), (c.name, states)
+        assert c.sandbox.kubectl("get", "lease", "-n", "bcd-system", "bcd-ansible-lock", check=False).returncode != 0
+
+    lines = summary(run.stdout)
+    assert "east ok 0/0 succeeded: rolled" in lines, lines
+    assert "west failed 0/0 rolled_back: rollout" in lines and "2 cluster(s): 1 failed (west)" in lines, lines
+
+    doc = json.loads(report.read_text())
+    assert doc["playbook"] == "rollout" and doc["passed"] is False and doc["failed"] == ["west"]
+    by_name = {c["cluster"]: c for c in doc["clusters"]}
+    assert by_name["east"]["result"] == "ok" and by_name["east"]["report"]["result"] == "succeeded"
+    assert by_name["east"]["nodes"]["rolled"] == 2
+    assert by_name["west"]["result"] == "failed" and by_name["west"]["report"]["result"] == "rolled_back"
+    assert by_name["west"]["failure"] and by_name["west"]["nodes"]["rolled"] == 0
+
+
+@pytest.mark.long
+def test_a_failed_canary_cluster_leaves_the_later_wave_untouched(fleet, tmp_path):
+    # west first: its failure stops the wave of east, whose DaemonSet is never changed
+    start = adopted(fleet, tmp_path)
+    east = fleet[0]
+    before = east.sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "jsonpath={.metadata.resourceVersion}").stdout
+    inv = inventory(list(reversed(fleet)), tmp_path, east={"bcd_image": GOOD}, west={"bcd_image": DEAD})
+    run = run_playbook("rollout.yml", "-i", str(inv),
+                       "-e", json.dumps({"bcd_rollout_cluster_waves": [1, 1], "bcd_rollout_gate_timeout": "20s"}))
+    assert run.returncode != 0
+    assert {h: c["failed"] for h, c in recap(run.stdout).items()} == {"east": 1, "west": 1}, run.stdout[-4000:]
+    lines = summary(run.stdout)
+    assert "east failed 0/0 FAILED at Stop when a cluster of an earlier wave failed" in lines, lines
+    assert "not started: cluster(s) west of an earlier wave failed" in lines, lines
+    after = east.sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "jsonpath={.metadata.resourceVersion}").stdout
+    assert after == before
+    assert {image(p) for c in fleet for p in c.pods().values()} == {start}
