@@ -13,8 +13,8 @@ from collections.abc import Mapping
 _CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
 # Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
 # --limit or after an earlier play failed it, has none of them).
-_RAN_FACTS = ("fleet_failure", "fleet_report", "bcd_daemonset_render", "gpu_stack_isolation",
-              "audit_result", "audit_error", *_CLUSTER_FACTS)
+_RAN_FACTS = ("fleet_failure", "bcd_daemonset_fleet_report", "gpu_stack_fleet_report", "bcd_daemonset_render",
+              "gpu_stack_isolation", "audit_result", "audit_error", *_CLUSTER_FACTS)
 
 
 def _get(obj, *keys, default=None):
@@ -39,12 +39,20 @@ def _count(value) -> int:
     return len(value) if isinstance(value, (list, tuple)) else 0
 
 
+def _raw_report_out(hv) -> str | None:
+    """The host's bcd_report_out as given, absolute (relative to where ansible-playbook runs, as the
+    inventory lookup takes it); None when unset or when it does not template (the cluster's play
+    has refused it already)."""
+    try:
+        raw = hv.get("bcd_report_out")
+    except Exception:  # noqa: BLE001 - any templating error: the render step names it
+        return None
+    return os.path.abspath(str(raw)) if isinstance(raw, str) and raw else None
+
+
 def _report_out(hv) -> str | None:
     resolved = _get(hv, "bcd_daemonset_render", "config", "bcd_report_out")
-    if resolved:
-        return str(resolved)
-    raw = _get(hv, "bcd_report_out")
-    return os.path.abspath(str(raw)) if raw else None
+    return str(resolved) if resolved else _raw_report_out(hv)
 
 
 def _adopt(hv, rec, joined_word):
@@ -58,11 +66,11 @@ def _adopt(hv, rec, joined_word):
         rec["nodes"] = {"selected": report.get("selected"), "reporting": report.get("reporting"), joined_word: joined}
         rec["detail"] = (f"{report.get('reporting')} of {report.get('selected')} selected node(s) report, "
                          f"{joined} {joined_word} by this run")
-    rec["report"] = _plain(_get(hv, "fleet_report"))
+    rec["report"] = _plain(_get(hv, "gpu_stack_fleet_report"))
 
 
 def _rollout(hv, rec):
-    summary = _get(hv, "fleet_report") or {}
+    summary = _get(hv, "bcd_daemonset_fleet_report") or {}
     rows = summary.get("nodes") or []
     rolled = [r for r in rows if str(r.get("outcome") or "").startswith("rolled")]
     rec["nodes"] = {"selected": len(rows), "rolled": len(rolled) if summary.get("result") == "succeeded" else 0,
@@ -79,7 +87,7 @@ def _isolation(hv, rec):
         ok = [n for n in nodes if n.get("verdict") == "isolated"]
         rec["nodes"] = {"selected": len(nodes), "isolated": len(ok)}
         rec["detail"] = f"{len(ok)} of {len(nodes)} node(s) isolated"
-    rec["report"] = _plain(_get(hv, "fleet_report"))
+    rec["report"] = _plain(_get(hv, "gpu_stack_fleet_report"))
 
 
 def _audit(hv, rec):
@@ -174,9 +182,7 @@ def bcd_fleet_shares_report(hostvars, hosts, me) -> bool:
     """Whether another host of ``hosts`` writes the same ``bcd_report_out`` as host ``me`` (then the
     fleet summary writes one report holding them all, and no host writes its own)."""
     def path(host):
-        hv = hostvars[host] if host in hostvars else {}
-        raw = hv.get("bcd_report_out")
-        return os.path.abspath(str(raw)) if raw else None
+        return _raw_report_out(hostvars[host]) if host in hostvars else None
 
     mine = path(me)
     return mine is not None and any(h != me and path(h) == mine for h in hosts)
