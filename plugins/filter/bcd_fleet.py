@@ -113,7 +113,7 @@ def _release(hv, rec):
 
 def _render(hv, rec):
     dest = _get(hv, "bcd_daemonset_render", "dest")
-    if dest:
+    if dest and not rec["failure"]:  # a failed render returns its dest too, unwritten
         rec["detail"] = f"rendered to {dest}"
 
 

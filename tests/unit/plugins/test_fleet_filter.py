@@ -79,6 +79,13 @@ def test_every_playbook_has_its_line(playbook, facts, detail):
     assert rec["cluster"] == "c" and rec["detail"] == detail
 
 
+def test_a_failed_render_is_not_said_to_have_rendered():
+    facts = {"bcd_daemonset_render": {"dest": "/out/c.json"}, "fleet_failure": {"task": "Render", "msg": "INVALID_CONFIG: x"}}
+    (rec,) = bcd_fleet_records({"c": facts}, ["c"], "render")
+    assert rec["detail"] is None and rec["failure"] == "Render: INVALID_CONFIG: x"
+    assert "rendered" not in bcd_fleet_lines([rec])[1]
+
+
 def test_an_audit_that_could_not_run_is_a_failure_and_writes_no_second_report():
     hv = {h: {"audit_cluster": h, "bcd_report_out": "a.json", "audit_error": {"message": "no API server"}} for h in "xy"}
     recs = bcd_fleet_records(hv, ["x", "y"], "audit")
