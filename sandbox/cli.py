@@ -2,13 +2,17 @@
 
 Exit status 0 on success; 1 when a component fails to start (named, with the end of its log), a
 build fails, ``status`` finds the sandbox not up, or ``down`` leaves something behind.
-The sandbox directory is ``$SANDBOX_DIR`` (default ``<repo>/.sandbox``).
+The sandbox directory is ``--dir DIR``, else ``--name NAME`` (``<repo>/.sandbox-NAME``), else
+``$SANDBOX_DIR``, else ``<repo>/.sandbox``: several sandboxes run side by side, each in its own
+directory with its own free ports (``python -m sandbox --name a up --nodes 2``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -52,6 +56,10 @@ def _status(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.splitlines()[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--dir", metavar="DIR", help="the sandbox's directory (default $SANDBOX_DIR, else <repo>/.sandbox)")
+    where.add_argument("--name", metavar="NAME",
+                       help="a sandbox beside the others, in <repo>/.sandbox-NAME (letters, digits, '-', '_')")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start the sandbox (idempotent); SANDBOX_NODES GPU nodes (default 3)")
     p_up.add_argument("--nodes", type=int, help="GPU nodes to ensure (overrides SANDBOX_NODES)")
@@ -78,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     kind_sub.add_parser("build", help="find or build the binaries and images of the kind test bed")
     kind_sub.add_parser("check", help="exit 0 when the cache is warm (up builds nothing), else say why")
     args = parser.parse_args(argv)
+    if args.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", args.name):
+        parser.error(f"--name {args.name!r}: letters, digits, '-' and '_' only, at most 63")
+    if args.dir or args.name:
+        # Every command (and what it starts) reads the directory from SANDBOX_DIR.
+        os.environ["SANDBOX_DIR"] = str(Path(args.dir).resolve() if args.dir
+                                        else Path(__file__).resolve().parent.parent / f".sandbox-{args.name}")
 
     if args.cmd == "kind":
         from sandbox import kind

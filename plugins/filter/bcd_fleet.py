@@ -1,0 +1,213 @@
+"""Filters for the fleet summary: what each cluster of a run did, from the facts its play set.
+
+A run of any of the playbooks on several clusters (inventory hosts of group ``clusters``) ends
+with one line per cluster and, where several clusters share ``bcd_report_out``, one JSON report
+holding all of them (roles/fleet).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+_CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
+# Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
+# --limit or after an earlier play failed it, has none of them).
+_RAN_FACTS = ("fleet_failure", "bcd_daemonset_fleet_report", "gpu_stack_fleet_report", "bcd_daemonset_render",
+              "gpu_stack_isolation", "audit_result", "audit_error", *_CLUSTER_FACTS)
+
+
+def _get(obj, *keys, default=None):
+    for key in keys:
+        if isinstance(obj, Mapping) and key in obj:
+            obj = obj[key]
+        else:
+            return default
+    return default if obj is None else obj
+
+
+def _plain(value):
+    """Ansible's lazy and tagged containers as plain lists and dicts (for JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _count(value) -> int:
+    return len(value) if isinstance(value, (list, tuple)) else 0
+
+
+def _raw_report_out(hv) -> str | None:
+    """The host's bcd_report_out as given, absolute (relative to where ansible-playbook runs, as the
+    inventory lookup takes it); None when unset or when it does not template (the cluster's play
+    has refused it already)."""
+    try:
+        raw = hv.get("bcd_report_out")
+    except Exception:  # noqa: BLE001 - any templating error: the render step names it
+        return None
+    return os.path.abspath(str(raw)) if isinstance(raw, str) and raw else None
+
+
+def _report_out(hv) -> str | None:
+    resolved = _get(hv, "bcd_daemonset_render", "config", "bcd_report_out")
+    return str(resolved) if resolved else _raw_report_out(hv)
+
+
+def _adopt(hv, rec, joined_word):
+    report = _get(hv, "bcd_daemonset_joined") if _get(hv, "bcd_daemonset_joined", "nodes") is not None else None
+    report = report or _get(hv, "bcd_daemonset_report") or {}
+    minted = 1 if _get(hv, "join_token_minted", "id") else 0
+    joined = _count(_get(hv, "bcd_daemonset_missing")) if minted else 0
+    revoked = _count(_get(hv, "join_token_revoked", "revoked")) + _count(_get(hv, "join_token_stale", "revoked"))
+    rec["tokens"] = {"minted": minted, "revoked": revoked}
+    if "selected" in report:
+        rec["nodes"] = {"selected": report.get("selected"), "reporting": report.get("reporting"), joined_word: joined}
+        rec["detail"] = (f"{report.get('reporting')} of {report.get('selected')} selected node(s) report, "
+                         f"{joined} {joined_word} by this run")
+    rec["report"] = _plain(_get(hv, "gpu_stack_fleet_report"))
+
+
+def _rollout(hv, rec):
+    summary = _get(hv, "bcd_daemonset_fleet_report") or {}
+    rows = summary.get("nodes") or []
+    rolled = [r for r in rows if str(r.get("outcome") or "").startswith("rolled")]
+    rec["nodes"] = {"selected": len(rows), "rolled": len(rolled) if summary.get("result") == "succeeded" else 0,
+                    "failed": [f.get("node") for f in summary.get("failed_nodes") or []]}
+    if summary:
+        rec["detail"] = f"{summary.get('result')}: {summary.get('headline')}"
+    rec["report"] = _plain(summary) or None
+
+
+def _isolation(hv, rec):
+    iso = _get(hv, "gpu_stack_isolation") or {}
+    nodes = iso.get("nodes") or []
+    if nodes or "passed" in iso:
+        ok = [n for n in nodes if n.get("verdict") == "isolated"]
+        rec["nodes"] = {"selected": len(nodes), "isolated": len(ok)}
+        rec["detail"] = f"{len(ok)} of {len(nodes)} node(s) isolated"
+    rec["report"] = _plain(_get(hv, "gpu_stack_fleet_report"))
+
+
+def _audit(hv, rec):
+    result = _get(hv, "audit_result") or {}
+    checks = result.get("results") or []
+    if checks:
+        failed = [c for c in checks if not c.get("ok")]
+        rec["nodes"] = {"checks": len(checks), "failed_checks": len(failed)}
+        rec["detail"] = f"{len(failed)} of {len(checks)} check(s) failed"
+    err = _get(hv, "audit_error", "message")
+    if err and not rec["failure"]:
+        rec["result"], rec["failure"] = "failed", f"the audit could not run: {err}"
+    rec["report"] = None  # audit.yml writes every cluster into bcd_report_out itself
+
+
+def _release(hv, rec):
+    removed = _get(hv, "release_cluster_nodes", "removed")
+    rec["tokens"]["revoked"] = _count(_get(hv, "join_token_stale", "revoked"))
+    if removed is not None:
+        rec["nodes"] = {"removed": _count(removed), "already_removed": _count(_get(hv, "release_cluster_nodes", "already_removed"))}
+        rec["detail"] = f"{_count(removed)} node(s) removed from the control plane"
+
+
+def _render(hv, rec):
+    dest = _get(hv, "bcd_daemonset_render", "dest")
+    if dest and not rec["failure"]:  # a failed render returns its dest too, unwritten
+        rec["detail"] = f"rendered to {dest}"
+
+
+_KINDS = {
+    "adopt-cluster": lambda hv, rec: _adopt(hv, rec, "joined"),
+    "add-nodes": lambda hv, rec: _adopt(hv, rec, "joined"),
+    "rollout": _rollout,
+    "doctor": _isolation,
+    "gpu-stack": _isolation,
+    "audit": _audit,
+    "release-cluster": _release,
+    "render": _render,
+}
+
+
+def bcd_fleet_records(hostvars, hosts, playbook: str) -> list[dict]:
+    """``hostvars | bcd.kubernetes.bcd_fleet_records(hosts, playbook)``: one record per host of
+    ``hosts`` that took part in this run (it set ``fleet_failure`` or a fact the playbook sets),
+    ``{cluster, host, playbook, result, failure, detail, nodes, tokens: {minted, revoked},
+    report_out, report}``.
+
+    ``result`` is ``failed`` when the cluster's play noted a failure (``fleet_failure``, set in
+    its rescue), else ``ok``; ``failure`` is ``<task>: <message>`` or None. ``nodes`` counts what
+    the playbook did to nodes (adopt-cluster, add-nodes: nodes that report, and joined by this run;
+    rollout: nodes rolled, and failed; doctor, gpu-stack: nodes isolated; audit: checks failed;
+    release-cluster: nodes removed). ``report`` is the per-cluster document the playbook writes to
+    ``bcd_report_out`` with one cluster (adopt-cluster, add-nodes, doctor, gpu-stack: the GPU
+    isolation report; rollout: the rollout summary), or None; ``report_out`` the absolute
+    ``bcd_report_out``, or None. ``playbook``: one of adopt-cluster, add-nodes, rollout, doctor,
+    gpu-stack, audit, release-cluster, render (ValueError otherwise).
+    """
+    if playbook not in _KINDS:
+        raise ValueError(f"bcd_fleet_records: unknown playbook {playbook!r} (one of {', '.join(sorted(_KINDS))})")
+    records = []
+    for host in hosts:
+        hv = hostvars[host] if host in hostvars else {}
+        if not any(key in hv for key in _RAN_FACTS):
+            continue
+        name = next((str(hv[k]) for k in _CLUSTER_FACTS if hv.get(k)), None) or str(hv.get("bcd_cluster_name") or host)
+        fail = _get(hv, "fleet_failure")
+        failure = f"{fail.get('task')}: {fail.get('msg')}" if isinstance(fail, Mapping) else None
+        rec = {"cluster": name, "host": str(host), "playbook": playbook, "result": "failed" if failure else "ok",
+               "failure": failure, "detail": None, "nodes": None, "tokens": {"minted": 0, "revoked": 0},
+               "report_out": _report_out(hv), "report": None}
+        _KINDS[playbook](hv, rec)
+        records.append(rec)
+    return records
+
+
+def bcd_fleet_lines(records: list[dict]) -> list[str]:
+    """The printed summary: one line per cluster, then the verdict."""
+    width = max([len(r["cluster"]) for r in records] + [7])
+    lines = [f"{'CLUSTER':<{width}}  RESULT  TOKENS (minted/revoked)  WHAT"]
+    for r in records:
+        what = r["detail"] or "-"
+        if r["failure"]:
+            what = f"{what}; FAILED at {r['failure']}" if r["detail"] else f"FAILED at {r['failure']}"
+        tokens = f"{r['tokens']['minted']}/{r['tokens']['revoked']}"
+        lines.append(f"{r['cluster']:<{width}}  {r['result']:<6}  {tokens:<23}  {what}")
+    failed = [r["cluster"] for r in records if r["failure"]]
+    lines.append(f"{len(records)} cluster(s): " + (f"{len(failed)} failed ({', '.join(failed)})" if failed else "all ok"))
+    return lines
+
+
+def bcd_fleet_shares_report(hostvars, hosts, me) -> bool:
+    """Whether another host of ``hosts`` writes the same ``bcd_report_out`` as host ``me`` (then the
+    fleet summary writes one report holding them all, and no host writes its own)."""
+    def path(host):
+        return _raw_report_out(hostvars[host]) if host in hostvars else None
+
+    mine = path(me)
+    return mine is not None and any(h != me and path(h) == mine for h in hosts)
+
+
+def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> list[dict]:
+    """``[{path, document}]``: one JSON document for each ``bcd_report_out`` several clusters
+    share, ``{"playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
+    by_path: dict[str, list[dict]] = {}
+    for r in records:
+        if r["report_out"] and r["playbook"] != "audit":
+            by_path.setdefault(r["report_out"], []).append(r)
+    out = []
+    for path, group in by_path.items():
+        if len(group) < 2:
+            continue
+        failed = [r["cluster"] for r in group if r["failure"]]
+        clusters = [{k: v for k, v in r.items() if k != "report_out"} for r in group]
+        out.append({"path": path, "document": {
+            "playbook": group[0]["playbook"], "finished_at": finished_at, "passed": not failed, "failed": failed,
+            "summary": bcd_fleet_lines(group), "clusters": clusters}})
+    return out
+
+
+class FilterModule:
+    def filters(self):
+        return {"bcd_fleet_records": bcd_fleet_records, "bcd_fleet_lines": bcd_fleet_lines,
+                "bcd_fleet_shares_report": bcd_fleet_shares_report, "bcd_fleet_reports": bcd_fleet_reports}

@@ -1,0 +1,119 @@
+"""The fleet summary's filters (plugins/filter/bcd_fleet.py) on the facts each playbook sets."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from ansible_collections.bcd.kubernetes.plugins.filter.bcd_fleet import (
+    bcd_fleet_lines,
+    bcd_fleet_records,
+    bcd_fleet_reports,
+    bcd_fleet_shares_report,
+)
+
+ISO = {"cluster": "x", "nodes": [{"name": "gpu-node-1", "verdict": "isolated"}]}
+
+
+def adopted(name: str, **more) -> dict:
+    return {"adopt_cluster": name, "bcd_report_out": "fleet.json",
+            "bcd_daemonset_render": {"config": {"bcd_report_out": "/abs/fleet.json"}},
+            "join_token_minted": {"id": "jt_1", "max_uses": 2}, "bcd_daemonset_missing": ["a", "b"],
+            "join_token_revoked": {"revoked": ["jt_1"]}, "join_token_stale": {"revoked": []},
+            "bcd_daemonset_joined": {"nodes": [{}, {}], "selected": 2, "reporting": 2},
+            "gpu_stack_fleet_report": ISO, **more}
+
+
+def test_adoption_counts_nodes_and_tokens_and_names_the_failure():
+    hv = {"east": adopted("east"),
+          "west": adopted("west", join_token_stale={"revoked": ["jt_0"]}, bcd_daemonset_joined={},
+                          bcd_daemonset_report={"selected": 2, "reporting": 0},
+                          fleet_failure={"task": "Wait for every selected node", "msg": "gpu-node-2 did not report"}),
+          "idle": {"inventory_hostname": "idle"}}
+    recs = bcd_fleet_records(hv, ["east", "west", "idle"], "adopt-cluster")
+    assert [r["cluster"] for r in recs] == ["east", "west"], "a host whose play never ran is not a cluster of the run"
+    east, west = recs
+    assert east["result"] == "ok" and east["tokens"] == {"minted": 1, "revoked": 1}
+    assert east["nodes"] == {"selected": 2, "reporting": 2, "joined": 2} and east["report"] == ISO
+    assert west["result"] == "failed" and west["failure"] == "Wait for every selected node: gpu-node-2 did not report"
+    assert west["tokens"] == {"minted": 1, "revoked": 2} and west["nodes"]["reporting"] == 0
+
+    lines = bcd_fleet_lines(recs)
+    assert lines[1].split() == ["east", "ok", "1/1", "2", "of", "2", "selected", "node(s)", "report,", "2", "joined", "by",
+                                "this", "run"]
+    assert "west" in lines[2] and "FAILED at Wait for every selected node: gpu-node-2 did not report" in lines[2]
+    assert lines[-1] == "2 cluster(s): 1 failed (west)"
+
+    (report,) = bcd_fleet_reports(recs, "2026-01-01T00:00:00Z")
+    assert report["path"] == "/abs/fleet.json"
+    doc = report["document"]
+    assert doc["playbook"] == "adopt-cluster" and doc["passed"] is False and doc["failed"] == ["west"]
+    assert [c["cluster"] for c in doc["clusters"]] == ["east", "west"] and doc["summary"] == lines
+
+
+def test_rollout_records_what_rolled_and_what_rolled_back():
+    ok = {"result": "succeeded", "headline": "rolled a -> b on 2 node(s)", "failed_nodes": [],
+          "nodes": [{"name": "n1", "outcome": "rolled, healthy after 5s"}, {"name": "n2", "outcome": "rolled"}]}
+    back = {"result": "rolled_back", "headline": "rollout a -> c FAILED and was rolled back",
+            "failed_nodes": [{"node": "n1", "why": "not Ready"}],
+            "nodes": [{"name": "n1", "outcome": "FAILED: not Ready"}, {"name": "n2", "outcome": "not rolled"}]}
+    hv = {"a": {"rollout_cluster": "a", "bcd_daemonset_fleet_report": ok},
+          "b": {"rollout_cluster": "b", "bcd_daemonset_fleet_report": back, "fleet_failure": {"task": "Fail the run", "msg": "x"}}}
+    a, b = bcd_fleet_records(hv, ["a", "b"], "rollout")
+    assert a["nodes"] == {"selected": 2, "rolled": 2, "failed": []} and a["detail"].startswith("succeeded: rolled")
+    assert b["nodes"] == {"selected": 2, "rolled": 0, "failed": ["n1"]} and b["result"] == "failed"
+    assert b["report"] == back and b["tokens"] == {"minted": 0, "revoked": 0}
+
+
+@pytest.mark.parametrize(("playbook", "facts", "detail"), [
+    ("doctor", {"gpu_stack_isolation": {"passed": False, "nodes": [{"verdict": "isolated"}, {"verdict": "exposed"}]}},
+     "1 of 2 node(s) isolated"),
+    ("gpu-stack", {"gpu_stack_isolation": {"passed": True, "nodes": [{"verdict": "isolated"}]}}, "1 of 1 node(s) isolated"),
+    ("audit", {"audit_cluster": "c", "audit_result": {"results": [{"ok": True}, {"ok": False}]}}, "1 of 2 check(s) failed"),
+    ("release-cluster", {"release_cluster_name": "c", "release_cluster_nodes": {"removed": [{}], "already_removed": []}},
+     "1 node(s) removed from the control plane"),
+    ("render", {"bcd_daemonset_render": {"dest": "/out/c.json", "config": {}}}, "rendered to /out/c.json"),
+])
+def test_every_playbook_has_its_line(playbook, facts, detail):
+    (rec,) = bcd_fleet_records({"c": facts}, ["c"], playbook)
+    assert rec["cluster"] == "c" and rec["detail"] == detail
+
+
+def test_a_failed_render_is_not_said_to_have_rendered():
+    facts = {"bcd_daemonset_render": {"dest": "/out/c.json"}, "fleet_failure": {"task": "Render", "msg": "INVALID_CONFIG: x"}}
+    (rec,) = bcd_fleet_records({"c": facts}, ["c"], "render")
+    assert rec["detail"] is None and rec["failure"] == "Render: INVALID_CONFIG: x"
+    assert "rendered" not in bcd_fleet_lines([rec])[1]
+
+
+def test_an_audit_that_could_not_run_is_a_failure_and_writes_no_second_report():
+    hv = {h: {"audit_cluster": h, "bcd_report_out": "a.json", "audit_error": {"message": "no API server"}} for h in "xy"}
+    recs = bcd_fleet_records(hv, ["x", "y"], "audit")
+    assert [r["failure"] for r in recs] == ["the audit could not run: no API server"] * 2
+    assert bcd_fleet_reports(recs) == [], "audit.yml writes every cluster into bcd_report_out itself"
+
+
+def test_release_counts_the_tokens_it_revoked():
+    (rec,) = bcd_fleet_records({"c": {"release_cluster_name": "c", "join_token_stale": {"revoked": ["t1", "t2"]}}},
+                               ["c"], "release-cluster")
+    assert rec["tokens"] == {"minted": 0, "revoked": 2}
+
+
+def test_one_report_per_shared_path_and_none_for_a_cluster_of_its_own():
+    hv = {"a": adopted("a"), "b": adopted("b"),
+          "c": adopted("c", bcd_report_out="c.json", bcd_daemonset_render={"config": {"bcd_report_out": "/abs/c.json"}})}
+    reports = bcd_fleet_reports(bcd_fleet_records(hv, ["a", "b", "c"], "adopt-cluster"))
+    assert [(r["path"], [c["cluster"] for c in r["document"]["clusters"]]) for r in reports] == [("/abs/fleet.json", ["a", "b"])]
+    assert bcd_fleet_shares_report(hv, ["a", "b", "c"], "a") is True
+    assert bcd_fleet_shares_report(hv, ["a", "b", "c"], "c") is False
+    assert bcd_fleet_shares_report({"a": {}, "b": {}}, ["a", "b"], "a") is False
+
+
+def test_a_relative_path_is_the_same_file_as_its_absolute_form():
+    hv = {"a": {"bcd_report_out": "r.json"}, "b": {"bcd_report_out": os.path.abspath("r.json")}}
+    assert bcd_fleet_shares_report(hv, ["a", "b"], "a")
+
+
+def test_an_unknown_playbook_is_refused():
+    with pytest.raises(ValueError, match="unknown playbook 'deploy'"):
+        bcd_fleet_records({}, [], "deploy")
