@@ -265,12 +265,10 @@ def pod_state(pod: dict, container: str = "bcd") -> str:
     (reason and message), and ``container`` when it runs but is not ready."""
     status = pod.get("status") or {}
     parts = [f"phase {status.get('phase') or 'Pending'}"]
-    # a pod the scheduler cannot place (a request no Node fits) says so only in this condition
-    unscheduled = next((c for c in status.get("conditions") or []
-                        if c.get("type") == "PodScheduled" and str(c.get("status")) == "False"), None)
-    if unscheduled:
-        parts.append(f"not scheduled: {unscheduled.get('reason') or 'Unschedulable'}"
-                     + (f" - {unscheduled['message']}" if unscheduled.get("message") else ""))
+    # a pod the scheduler cannot place (a request no Node fits) says so only in PodScheduled
+    why_not = unschedulable(pod)
+    if why_not:
+        parts.append(f"not scheduled: {why_not}")
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         st = cs.get("state") or {}
         if st.get("waiting"):

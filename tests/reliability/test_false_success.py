@@ -95,6 +95,7 @@ def test_adopt_rolls_a_new_pod_template_in_stages(ready, runner, reliability):
     reliability.describe("False success", "a new pod template, not the image (bcd_resources), on a running "
                                           "DaemonSet (adopt-cluster.yml, soak 5 s)")
     gpu = world.gpu_nodes()
+    assert cpu_request(world.apps.read_namespaced_daemon_set("bcd", world.namespace)) == "100m", "the inventory's template"
     before = {n: p.metadata.uid for n, p in bcd_pods(world).items()}
     args = ("-e", json.dumps(MORE_CPU), "-e", "bcd_rollout_soak=5")
     try:
