@@ -67,6 +67,14 @@ options:
     description: With C(state=run), RV(previous) of the status taken before anything was applied.
     type: list
     elements: dict
+  joining:
+    description:
+      - With C(state=status), the selected Nodes whose bcd node does not report yet and that this
+        run joins (adopt-cluster.yml mints a token for them first): their pod not being Ready, or
+        no bcd node reporting for them, does not refuse the rollout. The gate still waits for
+        each of them to report once its pod is replaced.
+    type: list
+    elements: str
   run:
     description: This run's id (the lock holder's C(run=)), for the summary and the lock renewal.
     type: str
@@ -315,6 +323,7 @@ class Rollout:
             self.finish_status(None, {}, {}, {}, None, msg, [], [], [])
         revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
         seen = generation_seen(ds)
+        joining = set(self.p.get("joining") or [])
         pods = self.pods(ds)
         nodes = self.selected()
         cpn = self.cp_nodes(nodes)
@@ -325,7 +334,7 @@ class Rollout:
                 unhealthy.append({"node": name, "why": "the Node is NotReady"})
                 continue
             why = self.problem(name, pod, cpn.get(name), None, None)
-            if why:
+            if why and name not in joining:
                 unhealthy.append({"node": name, "why": why})
             if pod is not None and revision and pod_revision(pod) != revision:
                 incomplete.append({"node": name, "why": f"pod {pod['metadata']['name']} runs revision {pod_revision(pod)} "
@@ -744,6 +753,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["status", "run"], "default": "status"},
             "changes": {"type": "bool", "default": True},
             "previous": {"type": "list", "elements": "dict"},
+            "joining": {"type": "list", "elements": "str"},
             "run": {"type": "str"},
             "lock": {"type": "str"},
             "cluster": {"type": "str"},
