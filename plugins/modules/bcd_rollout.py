@@ -70,7 +70,7 @@ options:
   joining:
     description:
       - With C(state=status), the selected Nodes whose bcd node does not report yet and that this
-        run joins (adopt-cluster.yml mints a token for them first): their pod not being Ready, or
+        run joins (adopt-cluster.yml mints a token for them first); their pod not being Ready, or
         no bcd node reporting for them, does not refuse the rollout. The gate still waits for
         each of them to report once its pod is replaced.
     type: list
