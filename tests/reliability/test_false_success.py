@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
@@ -31,6 +32,11 @@ RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory"
 MORE_CPU = {"bcd_resources": {**RESOURCES, "requests": {"cpu": "200m", "memory": "128Mi"}}}
 # ...and one no Node fits (64 and 208 CPUs): the scheduler leaves the pod Pending, Unschedulable.
 TOO_MUCH_CPU = {"bcd_resources": {**RESOURCES, "requests": {"cpu": "1000", "memory": "128Mi"}}}
+
+
+def gpu_nodes(world: World) -> list[str]:
+    """The GPU Nodes in the rollout's order (gpu-node-2 before gpu-node-10): the first is the canary."""
+    return sorted(world.gpu_nodes(), key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)])
 
 
 def tokens_left(world: World) -> int:
@@ -69,10 +75,10 @@ def test_a_refused_join_fails_within_seconds(ready, runner, reliability):
         world.admin.clear_faults()
     assert run.returncode != 0, run.tail()
     assert "Refused: maintenance window" in run.text and "canary health gate failed on" in run.text, run.tail()
-    refused = [n for n in world.gpu_nodes() if f"{n} - pod " in run.text]
-    assert refused == world.gpu_nodes()[:1], run.tail()
+    refused = [n for n in gpu_nodes(world) if f"{n} - pod " in run.text]
+    assert refused == gpu_nodes(world)[:1], run.tail()
     # the later stages never started: their pods are the ones the run found
-    later = {n: p.metadata.uid for n, p in bcd_pods(world).items() if n in world.gpu_nodes()[1:]}
+    later = {n: p.metadata.uid for n, p in bcd_pods(world).items() if n in gpu_nodes(world)[1:]}
     assert later == {n: untouched[n] for n in later}, "only the canary's pod was replaced"
     waited = run.task_seconds(STAGES_TASK)
     timeout = world.vars.get("bcd_rollout_gate_timeout", 300)
@@ -94,7 +100,7 @@ def test_adopt_rolls_a_new_pod_template_in_stages(ready, runner, reliability):
     world = ready
     reliability.describe("False success", "a new pod template, not the image (bcd_resources), on a running "
                                           "DaemonSet (adopt-cluster.yml, soak 5 s)")
-    gpu = world.gpu_nodes()
+    gpu = gpu_nodes(world)
     assert cpu_request(world.apps.read_namespaced_daemon_set("bcd", world.namespace)) == "100m", "the inventory's template"
     before = {n: p.metadata.uid for n, p in bcd_pods(world).items()}
     args = ("-e", json.dumps(MORE_CPU), "-e", "bcd_rollout_soak=5")
@@ -137,7 +143,7 @@ def test_adopt_rolls_back_a_new_pod_template_whose_pods_fail(ready, runner, reli
     world = ready
     reliability.describe("False success", "a new pod template, not the image, whose pods cannot be scheduled "
                                           "(adopt-cluster.yml, gate timeout 20 s)")
-    gpu = world.gpu_nodes()
+    gpu = gpu_nodes(world)
     before = {n: p.metadata.uid for n, p in bcd_pods(world).items()}
     run = runner.run("adopt-cluster.yml", "-e", json.dumps(TOO_MUCH_CPU), "-e", "bcd_rollout_gate_timeout=20",
                      "-e", "bcd_rollout_soak=5")
