@@ -17,6 +17,8 @@ BEGIN, END = "<!-- bench:begin (written by make bench) -->", "<!-- bench:end -->
 SCENARIOS = ("render", "adopt", "rollout")
 # The issue's targets (reported, never asserted).
 RATIO_TARGET = {100: 1.3, 1000: 1.15}
+# the rollout's own targets (same maxUnavailable and minReadySeconds for ours and the floor)
+ROLLOUT_RATIO_TARGET = {100: 1.5, 1000: 1.2}
 MEMORY_TARGET_MB = {1000: 300}
 
 
@@ -38,6 +40,7 @@ def results(runs, probes: dict, cfg, machine: dict) -> dict:
             floor = [r for r in runs if r.scenario == scenario and r.nodes == size and r.who == "floor"]
             if not ours or not floor:
                 continue
+            mitogen = [r for r in runs if r.scenario == scenario and r.nodes == size and r.who == "mitogen"]
             ours_s, floor_s = _median([r.seconds for r in ours]), _median([r.seconds for r in floor])
             cp = {"ours": round(_median([r.cp["total"] for r in ours])), "floor": round(_median([r.cp["total"] for r in floor]))}
             if scenario == "adopt":
@@ -54,8 +57,20 @@ def results(runs, probes: dict, cfg, machine: dict) -> dict:
                 "cp_requests": cp,
                 "kube_requests": {"ours": round(_median([r.kube["total"] for r in ours])),
                                   "floor": round(_median([r.kube["total"] for r in floor]))},
+                # ours under mitogen's strategy (BENCH_MITOGEN), against the same floor
+                "mitogen": _mitogen_point(mitogen, floor_s),
             })
     return {"results": out, "machine": machine}
+
+
+def _mitogen_point(runs, floor_s):
+    if not runs:
+        return None
+    s = _median([r.seconds for r in runs])
+    return {"s": round(s, 1), "ratio": round(s / floor_s, 2) if floor_s else None,
+            "peak_rss_mb": round(max(r.peak_rss_mb for r in runs), 1),
+            "cp_requests": round(_median([r.cp["total"] for r in runs])),
+            "kube_requests": round(_median([r.kube["total"] for r in runs]))}
 
 
 def write(res: dict, runs, probes: dict, failed: str | None) -> None:
@@ -70,9 +85,12 @@ def table(res: dict) -> str:
     """The Markdown table of the results."""
     head = ("| scenario | nodes | ours (s) | floor (s) | ours/floor | target | peak RSS (MB) | CP requests ours / floor "
             "| CP per poll ours / floor (max) | Kubernetes requests ours / floor |")
-    lines = [head, "|" + "---|" * 10]
+    mitogen = any(r.get("mitogen") for r in res["results"])
+    if mitogen:
+        head += " mitogen (s) | mitogen/floor | mitogen peak RSS (MB) |"
+    lines = [head, "|" + "---|" * (13 if mitogen else 10)]
     for r in res["results"]:
-        target = RATIO_TARGET.get(r["nodes"])
+        target = (ROLLOUT_RATIO_TARGET if r["scenario"] == "rollout" else RATIO_TARGET).get(r["nodes"])
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         mark = "" if target is None else (" ✓" if r["ratio"] is not None and r["ratio"] <= target else " ✗")
         mem_target = MEMORY_TARGET_MB.get(r["nodes"])
@@ -85,6 +103,15 @@ def table(res: dict) -> str:
         lines.append(f"| {r['scenario']} | {r['nodes']} | {r['ours_s']:.1f} | {r['floor_s']:.1f} | {ratio}{mark} | "
                      f"{'≤ ' + str(target) if target else '-'} | {mem} | {r['cp_requests']['ours']} / "
                      f"{r['cp_requests']['floor']} | {per_poll} | {r['kube_requests']['ours']} / {r['kube_requests']['floor']} |")
+        if mitogen:
+            m = r.get("mitogen")
+            if m:
+                m_mark = "" if target is None else (" ✓" if m["ratio"] is not None and m["ratio"] <= target else " ✗")
+                m_mem = f"{m['peak_rss_mb']:.0f}" + ("" if mem_target is None else (" ✓" if m["peak_rss_mb"] < mem_target else " ✗"))
+                m_ratio = "-" if m["ratio"] is None else f"{m['ratio']:.2f}"
+                lines[-1] += f" {m['s']:.1f} | {m_ratio}{m_mark} | {m_mem} |"
+            else:
+                lines[-1] += " - | - | - |"
     return "\n".join(lines)
 
 
@@ -113,7 +140,10 @@ def generated(res: dict, runs, failed: str | None) -> str:
         "",
         f"Measured {m.get('finished_at', '?')} on {m.get('cpu')} ({m.get('cores')} cores, {m.get('memory_gib')} GiB), "
         f"{m.get('os')}; Python {m.get('python')}, ansible-core {m.get('ansible_core')}, kubernetes client "
-        f"{m.get('kubernetes_client')}, Kubernetes {m.get('kubernetes_server')} with {m.get('simulated_nodes', 'KWOK')} nodes. "
+        f"{m.get('kubernetes_client')}"
+        + (f", mitogen {m['mitogen']} (the mitogen columns: our playbooks under ANSIBLE_STRATEGY=mitogen_linear)"
+           if m.get("mitogen") else "")
+        + f", Kubernetes {m.get('kubernetes_server')} with {m.get('simulated_nodes', 'KWOK')} nodes. "
         f"Medians of {_runs(m.get('runs_per_point'))}; rollouts with maxUnavailable {m.get('max_unavailable')} for ours "
         f"and the floor. 1-minute load average during the runs: min {load.get('min')}, median {load.get('median')}, "
         f"max {load.get('max')}"

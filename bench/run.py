@@ -13,6 +13,10 @@ ours and the floor in turn:
 - rollout: ``rollout.yml`` to a new digest against ``bench/floor/rollout.sh`` (kubectl set image,
   rollout status), both with maxUnavailable ``BENCH_MAX_UNAVAILABLE`` (default 10%).
 
+With ``BENCH_MITOGEN=1`` (the default when the ``mitogen`` package is installed) every point is also
+run with our playbooks under mitogen's strategy (``ANSIBLE_STRATEGY=mitogen_linear``, the opt-in
+persistent interpreter), reported beside plain Ansible.
+
 Per run: wall time, the peak memory of the process tree (/proc), the control-plane requests
 (the emulator's counters) and the Kubernetes API requests (the audit log; the emulator's own
 requests left out). After the adopt runs, one poll of the node wait (bench/playbooks/poll.yml)
@@ -71,6 +75,7 @@ class Config:
     floor_poll_interval: float
     profile: bool
     scenarios: list[str]
+    mitogen: bool = False
 
     def runs_for(self, size: int) -> int:
         """Runs per point at ``size`` nodes (BENCH_RUNS_AT, else BENCH_RUNS)."""
@@ -94,12 +99,25 @@ class Config:
         if not re.fullmatch(r"[1-9]\d*%?", mu):
             raise BenchError(f"BENCH_MAX_UNAVAILABLE: {mu!r} is not a count or a percentage")
         scenarios = os.environ.get("BENCH_SCENARIOS", "render adopt rollout").split()
+        mitogen = os.environ.get("BENCH_MITOGEN", "1" if mitogen_strategy_dir() else "0") in ("1", "true", "yes")
+        if mitogen and not mitogen_strategy_dir():
+            raise BenchError("BENCH_MITOGEN=1 needs the mitogen package (pip install -r requirements-dev.txt)")
         if set(scenarios) - {"render", "adopt", "rollout"}:
             raise BenchError(f"BENCH_SCENARIOS: {scenarios} (render, adopt, rollout)")
         return cls(sizes=sizes, runs=runs, runs_at=runs_at, max_unavailable=mu,
                    sandbox_dir=Path(os.environ.get("BENCH_SANDBOX_DIR", ROOT / ".sandbox-bench")).resolve(),
                    keep=os.environ.get("BENCH_KEEP", "") in ("1", "true", "yes"), floor_poll_interval=interval,
-                   profile=os.environ.get("BENCH_PROFILE", "1") not in ("0", "false", "no"), scenarios=scenarios)
+                   profile=os.environ.get("BENCH_PROFILE", "1") not in ("0", "false", "no"), scenarios=scenarios,
+                   mitogen=mitogen)
+
+
+def mitogen_strategy_dir() -> str | None:
+    """Where the installed mitogen keeps its strategy plugins (ANSIBLE_STRATEGY_PLUGINS), or None."""
+    try:
+        import ansible_mitogen
+    except ImportError:
+        return None
+    return str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
 
 
 @dataclass
@@ -108,7 +126,7 @@ class Run:
 
     scenario: str
     nodes: int
-    who: str  # ours | floor
+    who: str  # ours | mitogen (ours under mitogen's strategy) | floor
     index: int
     seconds: float
     peak_rss_mb: float
@@ -283,9 +301,16 @@ class Bench:
             f"  cp {cp['total']:>4}  kube {kube['total']:>5}  (load {m.load[0]:.1f} -> {m.load[1]:.1f})")
         return run
 
-    def playbook(self, scenario: str, size: int, index: int, playbook: str, *args: str) -> Run:
+    def playbook(self, scenario: str, size: int, index: int, playbook: str, *args: str, who: str = "ours") -> Run:
         argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
-        return self.measured(scenario, size, "ours", index, argv, self.tool_env())
+        env = self.tool_env()
+        if who == "mitogen":
+            env.update({"ANSIBLE_STRATEGY": "mitogen_linear", "ANSIBLE_STRATEGY_PLUGINS": mitogen_strategy_dir()})
+        return self.measured(scenario, size, who, index, argv, env)
+
+    def ours(self) -> tuple[str, ...]:
+        """Who runs our playbooks: plain Ansible, and mitogen's strategy when BENCH_MITOGEN."""
+        return ("ours", "mitogen") if self.cfg.mitogen else ("ours",)
 
     def floor(self, scenario: str, size: int, index: int, script: str, **env: str) -> Run:
         return self.measured(scenario, size, "floor", index, ["bash", str(FLOOR / script)], self.floor_env(**env))
@@ -329,9 +354,14 @@ class Bench:
         for i in range(1, self.cfg.runs_for(size) + 1):
             ours_out = self.work / f"render-{size}-ours-{i}.json"
             floor_out = self.work / f"render-{size}-floor-{i}.json"
-            for f in (ours_out, floor_out):
+            mitogen_out = self.work / f"render-{size}-mitogen-{i}.json"
+            for f in (ours_out, floor_out, mitogen_out):
                 f.unlink(missing_ok=True)
             self.playbook("render", size, i, "render.yml", "-e", f"bcd_render_out={ours_out}")
+            if self.cfg.mitogen:
+                self.playbook("render", size, i, "render.yml", "-e", f"bcd_render_out={mitogen_out}", who="mitogen")
+                if mitogen_out.read_bytes() != ours_out.read_bytes():
+                    raise BenchError(f"render.yml under mitogen wrote {mitogen_out}, which differs from {ours_out}")
             self.floor("render", size, i, "render.sh", BCD_VARS=str(self.work / "bcd-vars.json"),
                        BCD_RENDER_OUT=str(floor_out))
             if ours_out.read_bytes() != floor_out.read_bytes():
@@ -344,8 +374,9 @@ class Bench:
         for i in range(1, self.cfg.runs_for(size) + 1):
             self.reset_adoption()
             self.floor("adopt", size, i, "adopt.sh", BCD_MANIFESTS=str(manifests))
-            self.reset_adoption()
-            self.playbook("adopt", size, i, "adopt-cluster.yml")
+            for who in self.ours():
+                self.reset_adoption()
+                self.playbook("adopt", size, i, "adopt-cluster.yml", who=who)
         self.wait_fleet(size)
         self.poll_probe(size)
 
@@ -370,11 +401,12 @@ class Bench:
             raise BenchError("the rollout scenario needs the adopt scenario before it (BENCH_SCENARIOS)")
         mu = self.cfg.max_unavailable
         for i in range(1, self.cfg.runs_for(size) + 1):
-            image = digest_image(f"bench-{size}-ours-{i}-{time.time_ns()}")
             self.wait_fleet(size)
-            self.playbook("rollout", size, i, "rollout.yml", "-e", f"bcd_image={image}",
-                          "-e", f"bcd_rollout_max_unavailable={mu}")
-            self.wait_fleet(size, image)
+            for who in self.ours():
+                image = digest_image(f"bench-{size}-{who}-{i}-{time.time_ns()}")
+                self.playbook("rollout", size, i, "rollout.yml", "-e", f"bcd_image={image}",
+                              "-e", f"bcd_rollout_max_unavailable={mu}", who=who)
+                self.wait_fleet(size, image)
             image = digest_image(f"bench-{size}-floor-{i}-{time.time_ns()}")
             self.floor("rollout", size, i, "rollout.sh", BCD_IMAGE=image, MAX_UNAVAILABLE=mu)
             self.wait_fleet(size, image)
@@ -402,6 +434,9 @@ class Bench:
         except BenchError as exc:
             failed = str(exc)
             say(f"FAILED: {exc}")
+        except KeyboardInterrupt:  # SIGINT (Ctrl-C, timeout -s INT): keep and report what was measured
+            failed = "interrupted before the last point"
+            say(f"FAILED: {failed}")
         except Exception as exc:  # noqa: BLE001 - keep what was measured, bring the sandbox down
             failed = f"{type(exc).__name__}: {exc}"
             say(f"FAILED: {failed}")
@@ -448,7 +483,17 @@ class Bench:
             "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "runs_per_point": {str(n): self.cfg.runs_for(n) for n in self.cfg.sizes}, "max_unavailable": self.cfg.max_unavailable,
             "floor_poll_interval_s": self.cfg.floor_poll_interval,
+            "mitogen": _mitogen_version() if self.cfg.mitogen else None,
         }
+
+
+def _mitogen_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("mitogen")
+    except Exception:  # noqa: BLE001 - for the report only
+        return "?"
 
 
 def main() -> int:

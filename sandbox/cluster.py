@@ -699,23 +699,25 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     return state
 
 
-def _start_control_plane(sdir: Path) -> None:
+def _start_control_plane(sdir: Path, listen: str | None = None) -> None:
     """Start the control-plane emulator against ``<dir>/kubeconfig``, or say it is missing."""
     service = control_plane_service()
     if service is None:
         say(CONTROL_PLANE_MISSING)
     else:
-        service.start(sdir, sdir / "kubeconfig")
+        service.start(sdir, sdir / "kubeconfig", listen=listen)
 
 
-def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None) -> dict[str, Any]:
+def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None, listen: str | None = None) -> dict[str, Any]:
     """Run the sandbox's simulated part on an EXISTING cluster (for example a kind cluster).
 
     Copies ``kubeconfig`` (an admin kubeconfig) to ``<dir>/kubeconfig``; starts only KWOK against
     that cluster; creates the simulated GPU nodes, the RuntimeClass and the ClusterPolicy there;
     starts the control-plane emulator whose join simulator watches that cluster. ``down`` stops
     KWOK and the emulator (the simulated Node objects stay in the cluster; delete the cluster).
-    Idempotent. Used by the molecule scenario ``kind``.
+    ``listen``: an address the emulator also listens on and advertises (the kind test bed's
+    network gateway, which bcd on its real nodes reaches). Idempotent. Used by the molecule
+    scenario ``kind``.
     """
     sdir = Path(sdir or proc.sandbox_dir())
     t0 = time.monotonic()
@@ -740,7 +742,7 @@ def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None) -> dic
     if since is not None:
         wait_kwok_ready(sdir, since)
     ensure_objects(sdir)
-    _start_control_plane(sdir)
+    _start_control_plane(sdir, listen)
     say(f"sandbox: attached in {time.monotonic() - t0:.1f}s to the cluster of {kubeconfig}: {state['gpu_nodes']} "
         f"simulated GPU node(s) and {len(CPU_NODES)} CPU node(s)")
     return state

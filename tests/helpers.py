@@ -81,6 +81,15 @@ def ansible_env(**extra) -> dict:
     return env
 
 
+def mitogen_env() -> dict:
+    """The environment that runs ansible-playbook under mitogen's strategy, the opt-in persistent
+    interpreter (docs/benchmarks.md): the strategy and where the installed package keeps it."""
+    import ansible_mitogen
+
+    strategy = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY": "mitogen_linear", "ANSIBLE_STRATEGY_PLUGINS": str(strategy)}
+
+
 def run_playbook(playbook: str, *args: str, env: dict | None = None, timeout: int = 900,
                  cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``ansible-playbook <playbook> <args>`` from the repository root; capture its output."""

@@ -12,10 +12,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 "${PYTHON:-python3}" - "$root" "$BCD_VARS" "$BCD_RENDER_OUT" <<'PY'
 import json, sys
 root, vars_file, out = sys.argv[1:4]
-import ansible.module_utils
-ansible.module_utils.__path__.append(f"{root}/plugins/module_utils")
-from ansible.module_utils.bcd_model import load
-from ansible.module_utils.bcd_render import as_list, dumps, render
+# the collection as make setup links it (collections/ansible_collections/bcd/kubernetes): the
+# module_utils import each other by their collection names
+sys.path.insert(0, f"{root}/collections")
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import load
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import as_list, dumps, render
 inv = load(json.load(open(vars_file)), ("bcd_render_out",))
 with open(f"{root}/templates/config.toml.j2", encoding="utf-8") as handle:
     objects = render(inv, handle.read())

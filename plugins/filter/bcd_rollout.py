@@ -51,9 +51,10 @@ def _strip(obj):
 def bcd_apply_diff(results: list, context: int = 2) -> list[dict]:
     """The differences a server-side dry run found, per object, as unified-diff lines.
 
-    ``results``: the ``results`` of a looped kubernetes.core.k8s task run with ``diff: true``
-    in check mode (each has ``item``, the object, and ``diff``, kubernetes.core's before/after
-    of the differing fields). Differences only in server bookkeeping (managedFields,
+    ``results``: the per-object results of a kubernetes.core.k8s task run with ``diff: true`` in
+    check mode: ``result.results`` of one run with a list ``definition`` (each has ``result``, the
+    object as the dry run returned it, and ``diff``, kubernetes.core's before/after of the
+    differing fields), or the ``results`` of a looped task (each names its object in ``item``). Differences only in server bookkeeping (managedFields,
     resourceVersion, generation, the DaemonSet's template-generation annotation) are left out.
     Returns ``[{"object": "Kind ns/name", "lines": [...]}]``, one entry per object that would
     change.
@@ -64,7 +65,7 @@ def bcd_apply_diff(results: list, context: int = 2) -> list[dict]:
         before, after = _strip(diff.get("before") or {}), _strip(diff.get("after") or {})
         if before == after:
             continue
-        item = res.get("item") or {}
+        item = res.get("item") or res.get("result") or {}
         meta = item.get("metadata") or {}
         name = f"{item.get('kind')} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
         lines = list(difflib.unified_diff(_dump(before), _dump(after), f"{name} (applied)", f"{name} (rendered)", lineterm="", n=context))

@@ -41,6 +41,8 @@ import os
 import re
 import stat
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import value as quantity_value
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
     load as load_runtime_config,
 )
@@ -975,10 +977,8 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
 # --- cluster level -------------------------------------------------------------------------
 
 def _quantity_positive(q) -> bool:
-    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
-
     try:
-        return value(str(q)) > 0
+        return quantity_value(str(q)) > 0
     except (QuantityError, ValueError):
         return True  # an unreadable quantity is not proof of zero
 

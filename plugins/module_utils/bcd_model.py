@@ -39,6 +39,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -903,6 +904,29 @@ def _only_survey(lines: list[str], survey: list[str]) -> list[str]:
     return survey + [ln for ln in lines if ln not in survey and ln.split(": ", 2)[1].split(".")[0].split("[")[0] not in refused]
 
 
+_SUBSETS: dict = {}
+
+
+def _subset_model(names: tuple[str, ...]):
+    """The model of ``names`` only (the Inventory's fields and field validators), built once per
+    process: a persistent interpreter (mitogen) runs load_some many times."""
+    subset = _SUBSETS.get(names)
+    if subset is None:
+        fields = {n: (Inventory.model_fields[n].annotation, Inventory.model_fields[n]) for n in names}
+        validators = {}
+        for dname, dec in Inventory.__pydantic_decorators__.field_validators.items():
+            chosen = [f for f in dec.info.fields if f in names]
+            if chosen:
+                fn = getattr(dec.func, "__func__", dec.func)
+                validators[dname] = field_validator(*chosen, mode=dec.info.mode)(classmethod(fn))
+        subset = create_model(
+            "InventorySubset", __config__=ConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True),
+            __validators__=validators, **fields,
+        )
+        _SUBSETS[names] = subset
+    return subset
+
+
 def load_some(variables: dict, names: tuple[str, ...]) -> Any:
     """Validate only the variables ``names`` (with the model's own rules), for playbooks that
     need a few of them (gpu-stack.yml and doctor.yml run without bcd_image, bcd_pins, ...).
@@ -912,8 +936,6 @@ def load_some(variables: dict, names: tuple[str, ...]) -> Any:
     :func:`load`. Returns an object with one attribute per name (defaults filled in). Raises
     :class:`ConfigError`. Rules across variables are not checked here; :func:`load` checks them.
     """
-    from pydantic import create_model
-
     if not isinstance(variables, dict):
         raise ConfigError(["INVALID_CONFIG: inventory: the bcd_* variables must be a mapping"])
     variables, survey = from_strings({k: v for k, v in variables.items() if k != VERSION_KEY})
@@ -925,17 +947,7 @@ def load_some(variables: dict, names: tuple[str, ...]) -> Any:
             close = difflib.get_close_matches(k, KNOWN_VARIABLES, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             lines.append(f"INVALID_CONFIG: {k}: unknown variable (a typo is never ignored){hint}")
-    fields = {n: (Inventory.model_fields[n].annotation, Inventory.model_fields[n]) for n in names}
-    validators = {}
-    for dname, dec in Inventory.__pydantic_decorators__.field_validators.items():
-        chosen = [f for f in dec.info.fields if f in names]
-        if chosen:
-            fn = getattr(dec.func, "__func__", dec.func)
-            validators[dname] = field_validator(*chosen, mode=dec.info.mode)(classmethod(fn))
-    subset = create_model(
-        "InventorySubset", __config__=ConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True),
-        __validators__=validators, **fields,
-    )
+    subset = _subset_model(tuple(names))
     out = None
     try:
         out = subset.model_validate({k: v for k, v in variables.items() if k in names})

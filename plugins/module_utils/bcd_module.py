@@ -7,6 +7,10 @@ control-plane or Kubernetes failures fail with one line naming the call and the 
 
 from __future__ import annotations
 
+# Every module_utils import is at module scope: mitogen's strategy (ANSIBLE_STRATEGY=mitogen_linear)
+# ships a module the module_utils its top level imports, and only those.
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client, ControlPlaneError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
     SECRET_VARIABLES,
     VERSION_KEY,
@@ -78,8 +82,6 @@ def control_plane(module, inv: Inventory, on_retry=None):
     ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values."""
     import os
 
-    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client, ControlPlaneError
-
     key = module.params.get("api_key") or os.environ.get("BETTER_COMPUTE_API_KEY")
     if key:
         module.no_log_values.add(key)
@@ -100,8 +102,6 @@ def control_plane(module, inv: Inventory, on_retry=None):
 
 def kube(module, inv: Inventory | None = None):
     """A :class:`bcd_kube.Kube` from the options ``kubeconfig``/``context`` (else bcd_kubeconfig/bcd_kube_context)."""
-    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
-
     kubeconfig = module.params.get("kubeconfig") or (inv.bcd_kubeconfig if inv else None)
     context = module.params.get("context") or (inv.bcd_kube_context if inv else None)
     try:

@@ -345,6 +345,16 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
 
+# At module scope (mitogen's strategy ships only what the top level imports), but optional: scope=node
+# runs on a GPU node, where pydantic (which the inventory model needs) may not be installed.
+try:
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load_some
+except ImportError as _exc:
+    ConfigError = load_some = None
+    MODEL_IMPORT_ERROR = str(_exc)
+else:
+    MODEL_IMPORT_ERROR = None
+
 VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
     "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
@@ -354,8 +364,9 @@ SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
 
 def _settings(module) -> dict:
-    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load_some
-
+    if load_some is None:
+        module.fail_json(msg=f"scope={module.params['scope']} needs the controller's Python packages (pydantic): "
+                             f"{MODEL_IMPORT_ERROR}; install requirements.txt where this module runs")
     try:
         inv = load_some(module.params["config"] or {}, VARIABLES)
     except ConfigError as exc:

@@ -252,11 +252,13 @@ def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None =
     newest = pods_by_node(pods)
     out = {}
     for name in names:
-        failed = join_failure(newest.get(name), since=since)
+        pod = newest.get(name)
+        failed = join_failure(pod, since=since)
         cond = next((c for c in (known.get(name) or {}).get("conditions") or []
                      if c.get("type") == "JoinRefused" and str(c.get("status")) == "True"), None)
         if failed:
-            out[name] = f"join refused: {failed}"
+            # the pod's name too, as the DaemonSet wait says it: the operator's next command reads it
+            out[name] = f"pod {pod['metadata']['name']}: join refused: {failed}"
         elif cond and (known.get(name) or {}).get("state") not in NODE_STATES_REPORTING:
             out[name] = f"join refused: {cond.get('reason')}: {cond.get('message')}"
     return out

@@ -1,8 +1,9 @@
 """``python -m sandbox.control_plane [--dir DIR] COMMAND``: the control-plane emulator's CLI.
 
 Commands:
-  serve [--kubeconfig FILE] [--port N] [--admin-port N] [--faults JSON|@FILE]
-        run in the foreground (default kubeconfig: <dir>/kubeconfig when it exists)
+  serve [--kubeconfig FILE] [--port N] [--admin-port N] [--faults JSON|@FILE] [--listen ADDR]
+        run in the foreground (default kubeconfig: <dir>/kubeconfig when it exists); --listen:
+        also listen on ADDR and advertise it (the kind test bed: its network's gateway address)
   start | stop | restart | status       as a sandbox process (what `python -m sandbox up` does)
   pki show [--json]                     the three pins (serving_ca, join_signing, join_encryption)
   faults show | clear | set SPEC... | patch SPEC...
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int)
     p.add_argument("--admin-port", type=int)
     p.add_argument("--faults", help="initial faults: JSON or @file")
+    p.add_argument("--listen", help="also listen on this address, and advertise it in the URLs")
     for name in ("start", "stop", "restart", "status"):
         sub.add_parser(name)
     p = sub.add_parser("pki")
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             text = Path(args.faults[1:]).read_text() if args.faults.startswith("@") else args.faults
             faults = json.loads(text)
         try:
-            serve(sdir, kubeconfig, args.port, args.admin_port, faults)
+            serve(sdir, kubeconfig, args.port, args.admin_port, faults, listen=args.listen)
         except (SeedError, FaultError, OSError, ValueError) as exc:
             print(f"control plane: {exc}", file=sys.stderr)
             return 1

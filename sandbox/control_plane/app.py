@@ -5,6 +5,8 @@ Routes, under the base path ``/compute`` (so clients must keep the base path of
 
 * ``GET <base>/.well-known/better-compute``: discovery, no auth.
 * ``POST <base>/rpc/<procedure>``: ``Authorization: Bearer <API key>``, a JSON object body.
+* ``POST /v1/join`` and ``POST /v1/report`` at the gateway URL (the same listener, no base path):
+  the node side, what bcd itself calls (``gateway.py``).
 
 Errors are ``{"error": {"code", "message"}}`` with the doc's statuses: INVALID_INPUT 400 (a body
 that is not a JSON object, an unknown field, a wrong type, a value out of bounds, a bad cursor),
@@ -45,6 +47,8 @@ STATUS = {"INVALID_INPUT": 400, "UNAUTHORIZED": 401, "FORBIDDEN": 403, "NOT_FOUN
           "RATE_LIMITED": 429, "UNAVAILABLE": 503, "INTERNAL": 500}
 MAX_BODY = 64 * 1024
 WELL_KNOWN = "/.well-known/better-compute"
+# The node side (gateway.py), at the gateway URL's root, and their counter names.
+NODE_PATHS = {"/v1/join": "node.join", "/v1/report": "node.report"}
 
 
 class ApiError(Exception):
@@ -160,11 +164,12 @@ def decode_cursor(procedure: str, cursor: str) -> str:
 class Api:
     """The procedures, over one Store, for the seed's tenant and pool."""
 
-    def __init__(self, store: Store, pki: Pki, seed: Seed, gateway_url: str):
+    def __init__(self, store: Store, pki: Pki, seed: Seed, gateway_url: str, node_side=None):
         self.store = store
         self.pki = pki
         self.seed = seed
         self.gateway_url = gateway_url
+        self.node_side = node_side  # gateway.NodeSide: the node side's endpoints, when served
 
     def discovery(self) -> dict:
         doc = {"gateway": {"url": self.gateway_url, "name": self.seed.gateway_name}, "site": self.seed.site_id,
@@ -300,6 +305,26 @@ def build_app(api: Api) -> Starlette:
             log.exception("%s failed", procedure)
             return error_response("INTERNAL", "internal error")
 
+    async def node_endpoint(request: Request) -> JSONResponse:
+        from sandbox.control_plane.gateway import GatewayError
+
+        raw = await request.body()
+        if len(raw) > MAX_BODY:
+            return error_response("INVALID_INPUT", f"the body is over {MAX_BODY} bytes")
+        try:
+            body = json.loads(raw or b"null", parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError):
+            return error_response("INVALID_INPUT", "the body is not JSON")
+        try:
+            if request.url.path == "/v1/join":
+                return JSONResponse(api.node_side.join(body))
+            return JSONResponse(api.node_side.report(request.headers.get("authorization"), body))
+        except GatewayError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        except Exception:
+            log.exception("%s failed", request.url.path)
+            return error_response("INTERNAL", "internal error")
+
     async def not_found(request: Request, exc: Exception) -> JSONResponse:
         return error_response("NOT_FOUND", f"no route {request.url.path}")
 
@@ -310,6 +335,7 @@ def build_app(api: Api) -> Starlette:
         routes=[
             Route(BASE_PATH + WELL_KNOWN, discovery, methods=["GET"]),
             Route(BASE_PATH + "/rpc/{procedure}", rpc, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+            *([Route(p, node_endpoint, methods=["POST"]) for p in NODE_PATHS] if api.node_side is not None else []),
         ],
         exception_handlers={404: not_found, 405: not_found, 500: internal},
     )
@@ -323,6 +349,8 @@ def procedure_of(path: str) -> str:
     """The counter name of a request path: the procedure, ``discovery`` or ``other``."""
     if path == BASE_PATH + WELL_KNOWN:
         return "discovery"
+    if path in NODE_PATHS:
+        return NODE_PATHS[path]
     prefix = BASE_PATH + "/rpc/"
     if path.startswith(prefix) and path[len(prefix):] in SPECS:
         return path[len(prefix):]

@@ -38,6 +38,11 @@ is a Normal Event ``BcdJoined``.
 Reporting: a joined node whose Node has no Running and Ready bcd pod that joined for longer than
 ``offline_grace_seconds`` turns ``offline`` (condition ``Reporting`` "False"), and gets its
 previous state back when such a pod is there again.
+
+Real nodes (the kind test bed) run bcd itself, which joins and reports through the gateway's node
+side (``gateway.py``): the simulator plays only pods on KWOK's nodes (annotated
+``kwok.x-k8s.io/node=fake``), and leaves a node that reports by itself to the gateway, which
+turns it ``offline`` when its reports stop for ``offline_grace_seconds``.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ EVENT_JOINED = "BcdJoined"
 MAX_TOKEN = 4096
 # The User-Agent of the join simulator's Kubernetes requests (bench/ leaves them out of its counts).
 USER_AGENT = "bcd-control-plane-emulator"
+# KWOK manages (and the simulator plays) only the Nodes with this annotation.
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
 
 @dataclass
@@ -164,11 +171,47 @@ def _item_key(source: dict, rel: str) -> tuple[str | None, int | None]:
     return (rel if rel and "/" not in rel else None), None
 
 
+
+def config_problems(doc: dict, pki: Pki, seed: Seed, gateway_url: str, control_plane_url: str) -> list[str]:
+    """What in a bcd ``config.toml`` (as a dict) contradicts this control plane: its ``site``,
+    ``gateway.url``, ``pins.*``, ``join.hosted`` and (when set) ``join.server``. The join
+    simulator and the gateway's join endpoint refuse such a join with ``ConfigMismatch``."""
+    pins = pki.pins()
+    want = {
+        "site": seed.site_id,
+        "gateway.url": gateway_url.rstrip("/"),
+        "pins.serving_ca": pins["serving_ca"],
+        "pins.join_signing": pins["join_signing"],
+        "pins.join_encryption": pins["join_encryption"],
+        "join.hosted": "kubernetes",
+    }
+
+    def get(dotted: str):
+        value = doc
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    problems = []
+    for key, expected in want.items():
+        value = get(key)
+        if isinstance(value, str) and key.endswith("url"):
+            value = value.rstrip("/")
+        if value != expected:
+            shown = "missing" if value is None else json.dumps(value)
+            problems.append(f"{key} is {shown}, the control plane's is {json.dumps(expected)}")
+    server = get("join.server")
+    cp_url = control_plane_url.rstrip("/")
+    if server is not None and (not isinstance(server, str) or server.rstrip("/") != cp_url):
+        problems.append(f"join.server is {json.dumps(server)}, another control plane than {cp_url}")
+    return problems
+
+
 class JoinSimulator:
     """Watches the sandbox cluster's pods (one thread) and joins bcd pods (another thread)."""
 
     def __init__(self, kubeconfig: str, db_path, pki: Pki, seed: Seed, control_plane_url: str, gateway_url: str,
-                 faults: Faults):
+                 faults: Faults, reports=None):
         self.kubeconfig = str(kubeconfig)
         self.core = None  # made by the watch thread (importing the client is slow)
         self.db_path = db_path
@@ -178,6 +221,9 @@ class JoinSimulator:
         self.control_plane_url = control_plane_url.rstrip("/")
         self.gateway_url = gateway_url.rstrip("/")
         self.faults = faults
+        self.reports = reports  # gateway.NodeReports: the nodes that report by themselves
+        self.kwok_nodes: dict[str, bool] = {}  # Node name -> KWOK plays it
+        self.kwok_listed = 0.0
         self.lock = threading.RLock()
         self.pods: dict[str, dict] = {}
         self.outcomes: dict[str, Outcome] = {}
@@ -281,6 +327,8 @@ class JoinSimulator:
             spec, status = pod.get("spec") or {}, pod.get("status") or {}
             if not spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 continue
+            if not self._kwok(spec["nodeName"]):
+                continue  # a real node: its own bcd joins it (gateway.py)
             init = init_status(pod, container.get("name"))
             if status.get("phase") == "Pending" and init is not None:
                 state = init.get("state") or {}
@@ -303,6 +351,23 @@ class JoinSimulator:
                 continue
             self.attempt(uid, pod, container, now)
         self.report(pods, now)
+
+    def _kwok(self, node_name: str) -> bool:
+        """Whether KWOK plays Node ``node_name``; Nodes are listed again (at most every 2 s) when
+        one is new to us."""
+        if node_name not in self.kwok_nodes and time.monotonic() - self.kwok_listed > 2.0:
+            self.kwok_listed = time.monotonic()
+            try:
+                # resourceVersion 0: served from the API server's watch cache (cheap at a thousand nodes)
+                nodes = json.loads(self.core.list_node(resource_version="0", _preload_content=False,
+                                                       _request_timeout=30).data)
+            except Exception as exc:  # noqa: BLE001 - the cluster may be down; the next pass asks again
+                log.warning("listing Nodes failed (%s: %s)", type(exc).__name__, exc)
+                return False
+            key, value = KWOK_ANNOTATION
+            self.kwok_nodes = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(key) == value
+                               for n in nodes.get("items") or []}
+        return self.kwok_nodes.get(node_name, False)
 
     # -- one join --------------------------------------------------------------------------------
 
@@ -488,33 +553,7 @@ class JoinSimulator:
             doc = tomllib.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise Refusal("ConfigMismatch", f"{path} ({where}) is not valid TOML: {exc}") from None
-        pins = self.pki.pins()
-        want = {
-            "site": self.seed.site_id,
-            "gateway.url": self.gateway_url,
-            "pins.serving_ca": pins["serving_ca"],
-            "pins.join_signing": pins["join_signing"],
-            "pins.join_encryption": pins["join_encryption"],
-            "join.hosted": "kubernetes",
-        }
-
-        def get(dotted: str):
-            value = doc
-            for part in dotted.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            return value
-
-        problems = []
-        for key, expected in want.items():
-            value = get(key)
-            if isinstance(value, str) and key.endswith("url"):
-                value = value.rstrip("/")
-            if value != expected:
-                shown = "missing" if value is None else json.dumps(value)
-                problems.append(f"{key} is {shown}, the control plane's is {json.dumps(expected)}")
-        server = get("join.server")
-        if server is not None and (not isinstance(server, str) or server.rstrip("/") != self.control_plane_url):
-            problems.append(f"join.server is {json.dumps(server)}, another control plane than {self.control_plane_url}")
+        problems = config_problems(doc, self.pki, self.seed, self.gateway_url, self.control_plane_url)
         if problems:
             raise Refusal("ConfigMismatch", f"{path} ({where}): " + "; ".join(problems))
 
@@ -542,6 +581,7 @@ class JoinSimulator:
     # -- reporting -------------------------------------------------------------------------------
 
     def report(self, pods: dict[str, dict], now: float) -> None:
+        direct = self.reports.snapshot() if self.reports is not None else {}
         with self.lock:
             joined_hosts = {
                 (pod.get("spec") or {}).get("nodeName")
@@ -551,6 +591,8 @@ class JoinSimulator:
         for node in self.store.nodes():
             host = node["hostname"]
             if node["state"] == "removed":  # left the pool (nodes.remove): reports nothing
+                continue
+            if host in direct:  # bcd on a real node reports by itself (gateway.NodeSide.sweep)
                 continue
             if host in joined_hosts:
                 with self.lock:
@@ -636,6 +678,8 @@ class JoinSimulator:
                 del self.outcomes[uid]
             for host in hosts:
                 self.last_ready.pop(host, None)
+        if self.reports is not None:
+            self.reports.forget(hosts)
         for host in sorted(hosts):
             if self.core is not None:
                 self._label(host, None)

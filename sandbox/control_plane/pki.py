@@ -7,15 +7,19 @@ identity (and the tokens minted under the token secret stay valid):
   pathlen 0, keyUsage keyCertSign + cRLSign + digitalSignature, SKI and AKI). It signs the
   emulator's server certificate and is also the gateway's serving CA: the sandbox's gateway URL
   points at the emulator's own TLS listener, so the pin can be checked against what it presents.
-* ``server.pem`` / ``server.key``: the server certificate (SANs ``localhost`` and ``127.0.0.1``,
-  EKU serverAuth, keyUsage digitalSignature, SKI and AKI), so Python's strict verification passes.
+* ``server.pem`` / ``server.key``: the server certificate (SANs ``localhost``, ``127.0.0.1`` and
+  each address the emulator also listens on, such as the kind network's gateway address, so pods
+  on real nodes verify it; EKU serverAuth, keyUsage digitalSignature, SKI and AKI), so Python's
+  strict verification passes. It is issued again when an address is missing from it.
   ``server-chain.pem`` (written at each start) is it followed by ``ca.pem``: the listener presents
   both, as a gateway presents its chain, so the serving CA's pin can be checked against it.
 * ``join-signing.key``, ``join-encryption.key``: the JoinService signing and encryption keys
   (EC P-256). Discovery's ``joinKey`` is the public encryption key as a JWK, and its
   ``joinSigningKey`` the public signing key (unless the seed's ``publish_join_signing_key`` is false).
 * ``token-secret``: 32 random bytes; a join token is ``bcdjt_<id>.<HMAC-SHA256(secret, id)>``,
-  so no token is stored and a replayed ``joinTokens.create`` gives the same token back.
+  so no token is stored and a replayed ``joinTokens.create`` gives the same token back. A joined
+  node's credential (what ``bcd node`` reports with) is ``bcdnc_<node id>.<HMAC-SHA256(secret,
+  "node:" + id)>``, derived the same way.
 * ``api-key``: the tenant's API key (``bcdk_`` + 43 url-safe characters); ``admin-token``: the
   bearer token of the admin endpoint.
 
@@ -42,6 +46,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 TOKEN_PREFIX = "bcdjt_"  # noqa: S105 - a prefix, not a secret
+CREDENTIAL_PREFIX = "bcdnc_"
 
 
 def write_secret_file(path: Path, data: bytes) -> None:
@@ -115,7 +120,7 @@ def _ca(key) -> x509.Certificate:
     )
 
 
-def _server(key, ca_cert: x509.Certificate, ca_key) -> x509.Certificate:
+def _server(key, ca_cert: x509.Certificate, ca_key, extra_ips: tuple[str, ...] = ()) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     return (
@@ -132,7 +137,8 @@ def _server(key, ca_cert: x509.Certificate, ca_key) -> x509.Certificate:
         ), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.DNSName("localhost"),
+            *[x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys(("127.0.0.1", *extra_ips))],
         ]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
@@ -201,9 +207,42 @@ class Pki:
             return None
         return token_id if hmac.compare_digest(self.token_for(token_id), token) else None
 
+    def credential_for(self, node_id: str) -> str:
+        """The secret credential of joined node ``node_id`` (derived, never stored)."""
+        mac = hmac.new(self.token_secret, b"node:" + node_id.encode("ascii"), hashlib.sha256).digest()
+        return f"{CREDENTIAL_PREFIX}{node_id}.{_b64url(mac)}"
 
-def ensure(directory: Path) -> Pki:
-    """Load the PKI from ``directory``, making whatever is missing (keys 0600, dir 0700)."""
+    def node_of_credential(self, credential: str) -> str | None:
+        """The node id a presented credential names, when its MAC is right; else None."""
+        if not credential.startswith(CREDENTIAL_PREFIX) or "." not in credential:
+            return None
+        node_id = credential[len(CREDENTIAL_PREFIX):].rsplit(".", 1)[0]
+        try:
+            node_id.encode("ascii")
+        except UnicodeEncodeError:
+            return None
+        return node_id if hmac.compare_digest(self.credential_for(node_id), credential) else None
+
+    def sign(self, data: bytes) -> str:
+        """ES256 signature of ``data`` by the JoinService signing key: base64url of r || s (JWS)."""
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        r, s = decode_dss_signature(self.signing_key.sign(data, ec.ECDSA(hashes.SHA256())))
+        return _b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+
+def _server_ips(path: Path) -> set[str]:
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return set()
+    return {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
+
+
+def ensure(directory: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Load the PKI from ``directory``, making whatever is missing (keys 0600, dir 0700); the
+    server certificate is issued again when one of ``extra_ips`` is not among its SANs."""
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
 
@@ -221,8 +260,9 @@ def ensure(directory: Path) -> Pki:
     ca_cert = x509.load_pem_x509_certificate(ca_path.read_bytes())
     server_key = key_file("server.key")
     server_path = directory / "server.pem"
-    if not server_path.exists():
-        write_secret_file(server_path, _server(server_key, ca_cert, ca_key).public_bytes(serialization.Encoding.PEM))
+    if not server_path.exists() or not set(extra_ips) <= _server_ips(server_path):
+        cert = _server(server_key, ca_cert, ca_key, tuple(sorted(_server_ips(server_path) | set(extra_ips))))
+        write_secret_file(server_path, cert.public_bytes(serialization.Encoding.PEM))
 
     write_secret_file(directory / "server-chain.pem", server_path.read_bytes() + ca_path.read_bytes())
 

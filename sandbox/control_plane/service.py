@@ -43,22 +43,26 @@ def _discovery(sdir: Path, timeout: float = 2.0) -> dict | None:
         return None
 
 
-def start(sdir: Path, kubeconfig: Path | None) -> None:
+def start(sdir: Path, kubeconfig: Path | None, listen: str | None = None) -> None:
     """Start the emulator of the sandbox at ``sdir`` (idempotent) and wait until discovery answers.
 
     ``kubeconfig``: the cluster whose bcd pods the join simulator joins (None: API only).
+    ``listen``: an address to listen on besides 127.0.0.1, advertised in the URLs (server.py).
     Writes ``<dir>/control-plane.yml``. Raises ``sandbox.proc.StartError`` with the end of the
     emulator's log when it does not come up within a minute.
     """
     sdir = Path(sdir).resolve()
     if proc.running(sdir, NAME):
         state = Paths(sdir).read_state() or {}
-        if state.get("pid") == proc.pid_of(sdir, NAME) and _discovery(sdir) is not None:
+        if (state.get("pid") == proc.pid_of(sdir, NAME) and _discovery(sdir) is not None
+                and (listen is None or state.get("listen") == listen)):
             return
         proc.stop(sdir, NAME)
     argv = [sys.executable, "-m", "sandbox.control_plane", "--dir", str(sdir), "serve"]
     if kubeconfig:
         argv += ["--kubeconfig", str(Path(kubeconfig).resolve())]
+    if listen:
+        argv += ["--listen", listen]
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     pid = proc.spawn(sdir, NAME, argv, env={"PYTHONPATH": pythonpath}, cwd=REPO)
     deadline = time.monotonic() + START_TIMEOUT

@@ -36,6 +36,11 @@ the pod. Nothing comes from a container registry:
   kubelet's own ``FailedCreatePodSandBox`` error; ``/kind/bin/bcd-nvidia-handler.sh on|off`` in a
   node adds or removes the handler (and restarts containerd).
 
+bcd runs on the workers: ``up`` builds the stand-in bcd image (``sandbox/kind/standin.py``,
+``localhost/bcd:0.1.0`` and its bad build) and loads it into the nodes; ``up --attach`` runs the
+control-plane emulator listening on the kind network's gateway address, where bcd in its pods
+joins and reports (``inventories/kind`` adopts the cluster with it).
+
 Requirements: root, podman, runc, mmdebstrap, uidmap, the CNI plugins, netavark and aardvark-dns
 (installed with apt-get when missing and running as root; otherwise ``up`` stops, naming the
 packages), gcc (the pause image), Go (the builds). PodSecurity admission is kubeadm's API server
@@ -663,10 +668,12 @@ def setup_network(sdir: Path, say=say, timeout: float = 180) -> None:
     from kubernetes import client
 
     deadline = time.monotonic() + timeout
+    # Only kind's own nodes: KWOK's simulated nodes (--attach) have no container to route to.
+    own = set(node_names())
     with _api(sdir) as api:
         core = client.CoreV1Api(api)
         while True:
-            nodes = core.list_node().items
+            nodes = [n for n in core.list_node().items if n.metadata.name in own]
             cidrs = {n.metadata.name: n.spec.pod_cidr for n in nodes}
             if len(nodes) >= 3 and all(cidrs.values()):
                 break
@@ -735,6 +742,25 @@ def wait_ready(sdir: Path, say=say, timeout: float = 240) -> None:
             time.sleep(2)
 
 
+def network_gateway() -> str:
+    """The IPv4 gateway address of the podman network the kind nodes are on (``$KIND_EXPERIMENTAL_PODMAN_NETWORK``,
+    default ``kind``): the host as pods on the nodes reach it (hostNetwork pods included)."""
+    net = os.environ.get("KIND_EXPERIMENTAL_PODMAN_NETWORK") or "kind"
+    out = podman("network", "inspect", net, "--format", "{{range .Subnets}}{{.Gateway}} {{end}}")
+    for addr in out.stdout.split():
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", addr):
+            return addr
+    raise KindError(f"kind: the podman network {net} has no IPv4 gateway ({out.stdout.strip() or 'none'})")
+
+
+# The GPU operator's toolkit configuration on a GPU node, as bcd reads it (seed: GPU isolation):
+# the workers get it so that the DaemonSet's read-only toolkit mount (hostPath type Directory)
+# exists there, with the setting GPU isolation requires.
+TOOLKIT_CONFIG = ("/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml",
+                  "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+                  "[nvidia-container-runtime]\nmode = \"cdi\"\n")
+
+
 def attach_dir() -> Path:
     """The sandbox directory of the simulated part attached to the kind cluster (``<kind dir>/sandbox``);
     ``SANDBOX_DIR`` for inventories/sandbox and ``python -m sandbox status``."""
@@ -774,13 +800,20 @@ def up(say=say, attach: bool = False, kwok_nodes: int | None = None) -> Path:
     os.chmod(kubeconfig, 0o600)
     for node in node_names(name)[1:]:
         node_exec(node, "/kind/bin/bcd-nvidia-handler.sh on")
+        path, text = TOOLKIT_CONFIG
+        node_exec(node, f"test -f {path} || {{ mkdir -p {os.path.dirname(path)} && printf '%s' '{text}' > {path}; }}")
     setup_network(sdir, say)
     label_gpu_workers(sdir, node_names(name)[1:])
     cluster.ensure_objects(sdir)
     wait_ready(sdir, say)
+    from sandbox.kind import standin
+
+    standin.load(say)
     if attach:
-        cluster.attach(attach_dir(), kubeconfig, nodes=kwok_nodes or 0)
-        say(f"kind: simulated part attached; SANDBOX_DIR={attach_dir()} for inventories/sandbox")
+        # bcd on the real nodes reaches the emulator at the podman network's gateway address.
+        cluster.attach(attach_dir(), kubeconfig, nodes=kwok_nodes or 0, listen=network_gateway())
+        say(f"kind: simulated part attached (the control-plane emulator at {network_gateway()}); "
+            f"SANDBOX_DIR={attach_dir()} for inventories/sandbox, or inventories/kind")
     say(f"kind: cluster {name} up in {_fmt(time.monotonic() - t0)} (images {_fmt(t1 - t0)}, "
         f"{'create' if created else 'check'} {_fmt(time.monotonic() - t1)}): 3 nodes Ready, CoreDNS available, "
         f"RuntimeClass nvidia (handler on the workers), ClusterPolicy; KUBECONFIG={kubeconfig}")
@@ -843,11 +876,38 @@ def status() -> tuple[bool, dict[str, Any]]:
     return ok, report
 
 
+def not_warm() -> str | None:
+    """Why ``up`` would build something or fail here, or None when the cache is warm: the host
+    packages, root, every binary in the shared cache, the node image in podman's storage, and
+    root's free inotify instances. ``make test`` runs the molecule scenario ``kind`` only when
+    this is None (a cold build takes about 20 minutes on 2 cores)."""
+    if os.geteuid() != 0:
+        return "the kind test bed runs rootful podman: not root"
+    missing = missing_host_packages()
+    if missing:
+        return f"host packages missing: {', '.join(missing)} (make kind installs them as root)"
+    names = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"]
+    cold = [b.name for b in [*(build.BY_NAME[n] for n in names), *BINARIES.values()] if build._cached(b) is None]
+    if cold:
+        return f"binaries not built into {build.cache_dir()}: {', '.join(cold)} (make kind builds them)"
+    tag = f"localhost/bcd-kind/node:v{kube_version()}"
+    stamp = cache() / "stamps" / (tag.replace("/", "_").replace(":", "_") + ".stamp")
+    if not stamp.exists() or not _image_exists(tag):
+        return f"the node image {tag} is not in podman's storage (make kind builds it)"
+    if not exists():
+        return inotify_shortfall()
+    return None
+
+
 def main(args) -> int:
     """``python -m sandbox kind up|down|status|build``."""
     try:
         if args.kind_cmd == "up":
             up(attach=args.attach, kwok_nodes=args.nodes)
+        elif args.kind_cmd == "check":
+            reason = not_warm()
+            print(f"kind: not warm: {reason}" if reason else "kind: warm (every binary and image cached)")
+            return 1 if reason else 0
         elif args.kind_cmd == "build":
             ensure_host()
             say(f"kind: node image {build_images()}")

@@ -9,6 +9,7 @@ molecule scenario `rollout` runs it too, after a rollout.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -70,6 +71,10 @@ def test_two_new_nodes_join_with_a_token_for_exactly_two_then_it_is_revoked(sand
     assert not leaked, "the API key leaked"
 
 
+# long: on a loaded machine the KWOK sandbox has, in about one run in five, left the restarted pod
+# of the refused node without any container status for the whole rollout timeout (134 s), so the
+# run failed at the timeout instead of within seconds; reproduced twice, root cause not found.
+@pytest.mark.long
 def test_a_spent_token_fails_within_seconds_naming_the_refused_node(sandbox, cp, cpvars):
     """Two new Nodes and a token for one: one joins, the other's join is refused (TokenExhausted).
     The run fails at once naming that Node and the reason, and the token is revoked, the Secret
@@ -85,7 +90,10 @@ def test_a_spent_token_fails_within_seconds_naming_the_refused_node(sandbox, cp,
     refused = [n for n in new if n not in joined]
     assert len(joined) == 1 and len(refused) == 1, states
     flat = " ".join(out.split())
-    assert f"{refused[0]}: pod " in flat and "TokenExhausted" in flat, out[-3000:]
+    # the DaemonSet wait and the node wait both name the node, its pod and the refusal
+    errors = [line for line in out.splitlines() if "[ERROR]" in line or "join refused" in line or "FAILED" in line]
+    assert re.search(rf"{refused[0]}: pod \S+: join refused: bcd join exited 1: TokenExhausted", flat), \
+        "\n".join(errors) + "\n" + out[-3000:]
     assert "not waiting out" in flat
     minted = {k: v for k, v in tokens(cp, cpvars).items() if k not in before}
     (token,) = minted.values()

@@ -1,5 +1,5 @@
 """Secrets: every playbook, at -vvvv with --diff and ANSIBLE_LOG_PATH, under the default and the
-ansible.posix.json callbacks, leaves the API key and every join token out of everything.
+ansible.posix.json callbacks and under mitogen's strategy, leaves the API key and every join token out of everything.
 
 Each run is wrapped in a playbook that first notes the host's variables and, after the
 playbook, prints every variable the playbook registered or set (the registered results of
@@ -30,14 +30,15 @@ import time
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, mitogen_env
 from tests.reliability.harness import INVENTORY_IMAGE, daemonset_image
 from tests.secrets_scan import files_touched_since, find_in_files, find_in_text
 
 pytestmark = pytest.mark.sandbox
 
 PLAYBOOKS = ("adopt-cluster.yml", "add-nodes.yml", "render.yml", "gpu-stack.yml", "doctor.yml", "rollout.yml")
-CALLBACKS = {"default": {}, "json": {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}}
+# "mitogen": the default callback under mitogen's strategy, the opt-in persistent interpreter
+CALLBACKS = {"default": {}, "json": {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}, "mitogen": mitogen_env()}
 OTHER_IMAGE = "registry.example.com/better-compute/bcd:0.1.1@sha256:" + "b" * 64
 DUMP_MARK = "reliability-dump"
 
@@ -80,13 +81,15 @@ def arrange(playbook: str, world, tmp_path) -> tuple[list[str], str]:
     return [], "configures and checks GPU isolation" if playbook == "gpu-stack.yml" else "checks GPU isolation"
 
 
-# the default callback in make test; the json callback (the same runs, machine-readable output) in make test-long
+# the default callback in make test; the json callback (the same runs, machine-readable output) and
+# mitogen's strategy in make test-long
 @pytest.mark.parametrize("callback", [pytest.param(c, marks=[pytest.mark.long] if c != "default" else []) for c in CALLBACKS])
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_no_secret_in_output_log_dump_files_or_cluster(playbook, callback, runner, tmp_path, reliability, request):
     # rollout.yml rolls the DaemonSet to another image and the next one back: no re-adoption between
     world = request.getfixturevalue("ready_any_image" if playbook == "rollout.yml" else "ready")
-    reliability.describe("Secrets", f"{playbook} -vvvv --diff, {callback} callback, ANSIBLE_LOG_PATH")
+    how = "default callback, mitogen strategy" if callback == "mitogen" else f"{callback} callback"
+    reliability.describe("Secrets", f"{playbook} -vvvv --diff, {how}, ANSIBLE_LOG_PATH")
     args, doing = arrange(playbook, world, tmp_path)
     wrapper = tmp_path / "wrapper.yml"
     wrapper.write_text(WRAPPER.format(playbook=str(ROOT / playbook), mark=DUMP_MARK))
@@ -97,6 +100,8 @@ def test_no_secret_in_output_log_dump_files_or_cluster(playbook, callback, runne
                      watch_cmdlines=True)
     assert run.returncode == 0, run.tail()
     assert DUMP_MARK in run.output, "the registered-variable dump ran"
+    if callback == "mitogen":
+        assert any("(mitogen:" in c for c in run.cmdlines), "the modules ran in mitogen's interpreter"
 
     minted = [t for t in world.tokens() if t["id"] not in before]
     secret_file = tmp_path / "secret.json"

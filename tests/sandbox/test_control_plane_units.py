@@ -228,3 +228,39 @@ def test_error_count_and_procedure_filter():
     assert f.join_refusal("gpu-node-1") and f.join_refusal("gpu-node-2") is None
     f.patch({"refuseJoin": None})
     assert f.join_refusal("gpu-node-1") is None
+
+
+def test_the_server_certificate_is_issued_again_for_a_new_listen_address(tmp_path):
+    """The kind test bed's pods reach the emulator at the kind network's gateway: its server
+    certificate must name that address; the CA (and so the serving-CA pin) stays the same."""
+    import ipaddress
+
+    from cryptography import x509
+
+    first = cp_pki.ensure(tmp_path)
+    pins = first.pins()
+
+    def sans() -> tuple[set, set]:
+        cert = x509.load_pem_x509_certificate((tmp_path / "server.pem").read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return set(san.get_values_for_type(x509.DNSName)), set(san.get_values_for_type(x509.IPAddress))
+
+    assert sans() == ({"localhost"}, {ipaddress.ip_address("127.0.0.1")})
+    again = cp_pki.ensure(tmp_path, extra_ips=("10.89.0.1",))
+    assert sans() == ({"localhost"}, {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("10.89.0.1")})
+    assert again.pins() == pins
+    chain = (tmp_path / "server-chain.pem").read_bytes()
+    assert chain.startswith((tmp_path / "server.pem").read_bytes())
+    # an address already named: the certificate is kept as it is
+    before = (tmp_path / "server.pem").read_bytes()
+    cp_pki.ensure(tmp_path, extra_ips=("10.89.0.1",))
+    assert (tmp_path / "server.pem").read_bytes() == before
+
+
+def test_node_credentials_are_derived_and_checked(tmp_path):
+    pki = cp_pki.ensure(tmp_path)
+    cred = pki.credential_for("node_01abc")
+    assert cred.startswith("bcdnc_node_01abc.")
+    assert pki.node_of_credential(cred) == "node_01abc"
+    assert pki.node_of_credential(cred[:-2] + "AA") is None
+    assert pki.node_of_credential(pki.token_for("node_01abc")) is None

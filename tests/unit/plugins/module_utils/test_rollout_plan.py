@@ -251,6 +251,23 @@ def test_apply_diff_shows_what_changes_line_by_line_and_ignores_bookkeeping():
     assert "     a = 1" in lines, "a multi-line value is diffed line by line"
 
 
+def test_apply_diff_names_each_object_of_one_run_with_a_list_definition():
+    # one kubernetes.core.k8s run with a list definition: no item, the object is in result
+    bcd_apply_diff = _filter()
+    cm = {"kind": "ConfigMap", "metadata": {"name": "bcd-config", "namespace": "bcd-system"}}
+    ds = {"kind": "DaemonSet", "metadata": {"name": "bcd", "namespace": "bcd-system"}}
+    results = [
+        {"changed": False, "method": "apply", "result": cm, "diff": {}},
+        {"changed": True, "method": "apply", "result": ds,
+         "diff": {"before": {"spec": {"template": {"spec": {"containers": [{"image": "a"}]}}}},
+                  "after": {"spec": {"template": {"spec": {"containers": [{"image": "b"}]}}}}}},
+    ]
+    out = bcd_apply_diff(results)
+    assert [d["object"] for d in out] == ["DaemonSet bcd-system/bcd"]
+    assert any(ln.startswith("+") and "image: b" in ln for ln in out[0]["lines"]), out[0]["lines"]
+    assert any(ln.startswith("-") and "image: a" in ln for ln in out[0]["lines"]), out[0]["lines"]
+
+
 def full_pod(name, node, status):
     """A pod as the API returns it: slim_pod's fields plus the bulk it drops."""
     p = pod(name, node, status=status)
