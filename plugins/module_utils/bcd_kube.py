@@ -267,6 +267,10 @@ def pod_state(pod: dict, container: str = "bcd") -> str:
     (reason and message), and ``container`` when it runs but is not ready."""
     status = pod.get("status") or {}
     parts = [f"phase {status.get('phase') or 'Pending'}"]
+    # a pod the scheduler cannot place (a request no Node fits) says so only in PodScheduled
+    why_not = unschedulable(pod)
+    if why_not:
+        parts.append(f"not scheduled: {why_not}")
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         st = cs.get("state") or {}
         if st.get("waiting"):

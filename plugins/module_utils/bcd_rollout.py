@@ -20,7 +20,11 @@ import copy
 import json
 import math
 
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import join_failure, pod_state
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
+    join_failure,
+    pod_state,
+    target_node,
+)
 
 REVISION_LABEL = "controller-revision-hash"
 BCD_CONTAINER = "bcd"
@@ -176,11 +180,13 @@ def generation_seen(ds: dict) -> bool:
 
 
 def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, dict]:
-    """Node name -> the DaemonSet's pod there that is not terminating (the newest if several)."""
+    """Node name -> the DaemonSet's pod there that is not terminating (the newest if several).
+    A pod the scheduler has not placed yet counts for the Node it is for (:func:`target_node`):
+    a pod no Node fits must show as that Node's pod, Pending, not as no pod at all."""
     out: dict[str, dict] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
+        node = target_node(pod)
         if not node or meta.get("deletionTimestamp"):
             continue
         if owner_uid and not any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or []):

@@ -11,8 +11,11 @@ module: bcd_rollout
 short_description: Roll bcd's DaemonSet to a new image in stages, gate each stage on health, roll back on failure
 version_added: 1.0.0
 description:
-  - The engine of rollout.yml (seed 000, Upgrades). Two states; the playbook applies
-    the objects itself (kubernetes.core) between them.
+  - The engine of rollout.yml (seed 000, Upgrades), and of adopt-cluster.yml when it changes
+    the pod template (other than the image) of a DaemonSet whose pods run. Two states; the
+    playbook applies the objects itself (kubernetes.core) between them.
+  - A rollout of a new pod template on the same image (a host mount, resources, the config) is
+    staged and gated as an image rollout is; its headline says C(of a new pod template (image ...)).
   - C(state=status) (read-only) reads the DaemonSet, its ControllerRevisions and pods, the
     selected Nodes and the pool's nodes (C(nodes.list)) and says, per selected Node, whether
     it is healthy (a bcd pod, Ready, on the DaemonSet's newest revision, and a bcd node that
@@ -64,6 +67,14 @@ options:
     description: With C(state=run), RV(previous) of the status taken before anything was applied.
     type: list
     elements: dict
+  joining:
+    description:
+      - With C(state=status), the selected Nodes whose bcd node does not report yet and that this
+        run joins (adopt-cluster.yml mints a token for them first); their pod not being Ready, or
+        no bcd node reporting for them, does not refuse the rollout. The gate still waits for
+        each of them to report once its pod is replaced.
+    type: list
+    elements: str
   run:
     description: This run's id (the lock holder's C(run=)), for the summary and the lock renewal.
     type: str
@@ -204,6 +215,7 @@ DELETE_WORKERS = 8
 # than this many times its own duration after it ended: about a fifth of the time at most.
 CHECK_SPACING = 4
 CHECK_SPACING_MAX = 15.0  # seconds: however slow the checks, a fatal pod is seen within this
+FAILED_IN_MSG = 3  # failed nodes named with their reason in the failure message
 
 
 def _now() -> dt.datetime:
@@ -212,6 +224,14 @@ def _now() -> dt.datetime:
 
 def _rfc3339(t: dt.datetime | None = None) -> str:
     return (t or _now()).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def change(from_image: str | None, to_image: str | None) -> str:
+    """What a rollout changes, for its headline: the digests, or a new pod template on the same
+    image (adopt-cluster.yml's template changes: a host mount, resources, the config)."""
+    if from_image and from_image == to_image:
+        return f"of a new pod template (image {short(to_image)})"
+    return f"{short(from_image)} -> {short(to_image)}"
 
 
 def natural(name: str) -> list:
@@ -299,6 +319,7 @@ class Rollout:
             self.finish_status(None, {}, {}, {}, None, msg, [], [], [])
         revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
         seen = generation_seen(ds)
+        joining = set(self.p.get("joining") or [])
         pods = self.pods(ds)
         nodes = self.selected()
         cpn = self.cp_nodes(nodes)
@@ -309,7 +330,7 @@ class Rollout:
                 unhealthy.append({"node": name, "why": "the Node is NotReady"})
                 continue
             why = self.problem(name, pod, cpn.get(name), None, None)
-            if why:
+            if why and name not in joining:
                 unhealthy.append({"node": name, "why": why})
             if pod is not None and revision and pod_revision(pod) != revision:
                 incomplete.append({"node": name, "why": f"pod {pod['metadata']['name']} runs revision {pod_revision(pod)} "
@@ -350,7 +371,7 @@ class Rollout:
             result, headline = "unchanged", f"already on {current} and healthy: nothing to do"
         else:
             result = "planned"
-            headline = (f"rollout {short(current)} -> {short(self.inv.bcd_image)}: {sum(len(s['nodes']) for s in stages)} node(s) "
+            headline = (f"rollout {change(current, self.inv.bcd_image)}: {sum(len(s['nodes']) for s in stages)} node(s) "
                         f"in {len(stages)} stage(s)")
         stage_of = {n: s["name"] for s in stages for n in s["nodes"]}
         rows = []
@@ -628,12 +649,16 @@ class Rollout:
                     break
                 record["outcome"] = "passed"
             if failed:
-                names = ", ".join(f["node"] for f in failed)
+                # the nodes and why (the first few: the table has every one)
+                names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])
+                if len(failed) > FAILED_IN_MSG:
+                    names += f"; and {len(failed) - FAILED_IN_MSG} more node(s)"
+                back_to = from_image if from_image != target else f"the previous pod template (image {from_image})"
                 first = stages_out[len([s for s in stages_out if s["outcome"] == "passed"])]["name"]
                 if self.inv.bcd_rollout_rollback:
                     rollback = self.rollback(previous, prev_ds, rolled, baseline, timings)
                     result = "rolled_back" if rollback["outcome"] == "succeeded" else "rollback_failed"
-                    msg = (f"the {first} health gate failed on {names}: rolled back to {from_image}"
+                    msg = (f"the {first} health gate failed on {names}: rolled back to {back_to}"
                            if result == "rolled_back" else
                            f"the {first} health gate failed on {names}, and the rollback did not complete: {rollback.get('why')}")
                 else:
@@ -649,10 +674,10 @@ class Rollout:
             result, msg = "failed", f"stopped: {exc}"
         rows = self.rows(stage_of, start_images, failed, timings, result)
         headline = {
-            "succeeded": f"rolled {short(from_image)} -> {short(target)} on {len(stage_of)} node(s) in {len(stages_out)} stage(s)",
-            "rolled_back": f"rollout {short(from_image)} -> {short(target)} FAILED and was rolled back: {msg}",
-            "rollback_failed": f"rollout {short(from_image)} -> {short(target)} FAILED; rollback incomplete: {msg}",
-            "failed": f"rollout {short(from_image)} -> {short(target)} FAILED: {msg}",
+            "succeeded": f"rolled {change(from_image, target).removeprefix('of ')} on {len(stage_of)} node(s) in {len(stages_out)} stage(s)",
+            "rolled_back": f"rollout {change(from_image, target)} FAILED and was rolled back: {msg}",
+            "rollback_failed": f"rollout {change(from_image, target)} FAILED; rollback incomplete: {msg}",
+            "failed": f"rollout {change(from_image, target)} FAILED: {msg}",
         }[result]
         summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
         out = {"changed": self.changed, "summary": summary, "table": table(summary), "plan": [
@@ -724,6 +749,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["status", "run"], "default": "status"},
             "changes": {"type": "bool", "default": True},
             "previous": {"type": "list", "elements": "dict"},
+            "joining": {"type": "list", "elements": "str"},
             "run": {"type": "str"},
             "lock": {"type": "str"},
             "cluster": {"type": "str"},

@@ -161,6 +161,22 @@ def test_pods_by_node_skips_terminating_and_foreign_pods_and_keeps_the_newest():
     assert {n: p["metadata"]["name"] for n, p in pods_by_node(pods, "u1").items()} == {"n1": "b", "n3": "e"}
 
 
+def test_an_unscheduled_pod_counts_for_the_node_it_is_for_and_says_why():
+    """A pod no Node fits (a CPU request above the Node's): the gate must see that Node's pod
+    Pending and not scheduled, not 'no bcd pod on the Node'."""
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import pod_state
+
+    unplaced = pod("p", None, status={"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector."}]})
+    unplaced["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+    assert pods_by_node([unplaced], "u1") == {"n1": unplaced}
+    assert pod_state(unplaced) == ("phase Pending; not scheduled: Unschedulable: 0/4 nodes are available: 1 Insufficient cpu, "
+                                   "3 node(s) didn't match Pod's node affinity/selector.")
+    assert fatal(unplaced) is None, "a Node may yet make room: the gate waits for its timeout"
+
+
 def test_newest_revision_and_its_hash():
     revs = [{"metadata": {"name": "bcd-aaa", "labels": {"controller-revision-hash": "aaa"}, "ownerReferences": [{"uid": "u1", "name": "bcd"}]}, "revision": 3},
             {"metadata": {"name": "bcd-bbb", "ownerReferences": [{"uid": "u1", "name": "bcd"}]}, "revision": 4},
