@@ -47,11 +47,15 @@ def run_module(name: str, args: dict, check_mode: bool = False) -> tuple[int, di
 
     Returns (exit code, the JSON result the module printed).
     """
+    from ansible.module_utils import _internal
     from ansible.module_utils.common import warnings
     from ansible.module_utils.testing import patch_module_args
 
     # a module runs in a fresh process: no warning of an earlier in-process run carries over
     warnings._global_warnings.clear()
+    # nor is it the controller, even when another test imported controller code into this process
+    # (ansible-core then prints a module's warnings instead of returning them in the result)
+    was_controller, _internal.is_controller = _internal.is_controller, False
     path = ROOT / "plugins" / "modules" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"bcd_test_module_{name}", path)
     module = importlib.util.module_from_spec(spec)
@@ -60,11 +64,14 @@ def run_module(name: str, args: dict, check_mode: bool = False) -> tuple[int, di
         args = {**args, "_ansible_check_mode": True}
     out = io.StringIO()
     code = 0
-    with patch_module_args(args), redirect_stdout(out):
-        try:
-            module.main()
-        except SystemExit as exc:
-            code = exc.code or 0
+    try:
+        with patch_module_args(args), redirect_stdout(out):
+            try:
+                module.main()
+            except SystemExit as exc:
+                code = exc.code or 0
+    finally:
+        _internal.is_controller = was_controller
     return code, json.loads(out.getvalue())
 
 

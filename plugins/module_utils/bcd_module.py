@@ -144,8 +144,6 @@ def reach(module, kubeconfig: str | None, context: str | None, attempts: int = 3
     fails the module, naming the kubeconfig file(s), the context and its server, and the fix."""
     import time
 
-    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
-
     try:
         api = Kube(api_client(kubeconfig, context))
     except KubeError as exc:

@@ -359,8 +359,9 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kub
 # runs on a GPU node, where pydantic (which the inventory model needs) may not be installed.
 try:
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load_some
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import reach
 except ImportError as _exc:
-    ConfigError = load_some = None
+    ConfigError = load_some = reach = None
     MODEL_IMPORT_ERROR = str(_exc)
 else:
     MODEL_IMPORT_ERROR = None
@@ -621,8 +622,6 @@ def main() -> None:
         kubeconfig, context = settings.pop("kubeconfig"), settings.pop("kube_context")
         result = {"changed": False, "settings": settings}
         if module.params["reach_cluster"] and settings["mode"] == "gpu-operator":
-            from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import reach
-
             result["cluster"] = reach(module, kubeconfig, context)
         module.exit_json(**result)
     else:

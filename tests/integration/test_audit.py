@@ -62,6 +62,8 @@ def test_every_check_passes_on_an_adopted_cluster(sandbox, tmp_path, cp, cpvars)
     assert failed(report) == set() and report["passed"] is True
     assert recap(run.stdout)["sandbox"]["changed"] == 0
     assert len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]))) == tokens_before, "an audit mints nothing"
+    # the report names the cluster connection it audited
+    assert f"Reached through kubeconfig {sandbox.kubeconfig}, context " in " ".join(run.stdout.split()), run.stdout[-3000:]
     gpu = sandbox.gpu_node_names()
     results = report["clusters"]["sandbox"]["results"]
     checks = {(r["check"], r["node"]) for r in results}

@@ -162,7 +162,10 @@ def test_every_filter_is_documented_as_ansible_doc_reads_it(name):
     assert positional == ["_input", *(p.name for p in params[1:])]
     assert set(doc["options"]) == set(positional)
     for p in params[1:]:
-        assert doc["options"][p.name].get("default") == p.default, p.name
+        if p.default is inspect.Parameter.empty:
+            assert doc["options"][p.name].get("required") is True, p.name
+        else:
+            assert doc["options"][p.name].get("default") == p.default, p.name
     assert doc["options"]["_input"]["required"] is True
 
 
