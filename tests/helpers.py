@@ -119,3 +119,32 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
             host, _, rest = line.partition(":")
             hosts[host.strip()] = {k: int(v) for k, v in (p.split("=") for p in rest.split())}
     return hosts
+
+
+def client_side_applied(sandbox, tmp_path, kinds: tuple[str, ...] | None = None) -> None:
+    """bcd's objects as an operator who followed the seed's `kubectl apply` leaves them: the
+    render (only ``kinds`` of it, when given), plus a hostPath volume /var/log in the DaemonSet and
+    a key in the ConfigMap, applied client-side over what the cluster has."""
+    out = tmp_path / "render.json"
+    run = run_playbook("render.yml", "-e", f"bcd_render_out={out}")
+    assert run.returncode == 0, run.stdout[-2000:]
+    doc = json.loads(out.read_text())
+    cm = next(i for i in doc["items"] if i["kind"] == "ConfigMap")
+    cm["data"]["extra.toml"] = "# kept by hand\n"
+    ds = next(i for i in doc["items"] if i["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "varlog", "mountPath": "/host/var/log", "readOnly": True})
+    if kinds is not None:
+        doc["items"] = [i for i in doc["items"] if i["kind"] in kinds]
+    out.write_text(json.dumps(doc))
+    sandbox.kubectl("apply", "-f", str(out))
+
+
+def bcd_objects(sandbox) -> tuple[dict, dict]:
+    """bcd's DaemonSet and ConfigMap as the API server has them, with their managedFields."""
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json",
+                                    "--show-managed-fields").stdout)
+    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json",
+                                    "--show-managed-fields").stdout)
+    return ds, cm

@@ -16,7 +16,7 @@ import time
 import pytest
 from kubernetes import client as k8s
 
-from tests.helpers import run_playbook
+from tests.helpers import bcd_objects, client_side_applied, run_playbook
 
 # Slow (a playbook run or more per scenario): make test-long.
 pytestmark = [pytest.mark.sandbox, pytest.mark.long]
@@ -205,34 +205,9 @@ def test_clusterpolicy_volume_mounts_env_true_is_exposed_and_configured_false(sa
     assert {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "false"} in env
 
 
-def _client_side_applied(sandbox, tmp_path) -> None:
-    """bcd's objects as an operator who followed the seed's `kubectl apply` left them: rendered,
-    plus a hostPath volume /var/log in the DaemonSet and a key in the ConfigMap, applied client-side."""
-    out = tmp_path / "render.json"
-    run = run_playbook("render.yml", "-e", f"bcd_render_out={out}")
-    assert run.returncode == 0, run.stdout[-2000:]
-    doc = json.loads(out.read_text())
-    cm = next(i for i in doc["items"] if i["kind"] == "ConfigMap")
-    cm["data"]["extra.toml"] = "# kept by hand\n"
-    ds = next(i for i in doc["items"] if i["kind"] == "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}})
-    pod["containers"][0]["volumeMounts"].append({"name": "varlog", "mountPath": "/host/var/log", "readOnly": True})
-    out.write_text(json.dumps(doc))
-    sandbox.kubectl("apply", "-f", str(out))
-
-
-def _state(sandbox) -> tuple[dict, dict]:
-    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json",
-                                    "--show-managed-fields").stdout)
-    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json",
-                                    "--show-managed-fields").stdout)
-    return ds, cm
-
-
 def test_objects_from_client_side_kubectl_apply_are_taken_over(sandbox, cp, cpvars, tmp_path):
     sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
-    _client_side_applied(sandbox, tmp_path)
+    client_side_applied(sandbox, tmp_path)
     tokens_before = len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
 
     refused = run_playbook("adopt-cluster.yml", "-e", "bcd_adopt_foreign_objects=false")
@@ -249,12 +224,12 @@ def test_objects_from_client_side_kubectl_apply_are_taken_over(sandbox, cp, cpva
     assert any("extra.toml" in line for line in removed)
     assert any("last-applied-configuration" in line for line in removed)
     assert "nothing to do" not in check.stdout
-    ds, cm = _state(sandbox)
+    ds, cm = bcd_objects(sandbox)
     assert "extra.toml" in cm["data"], "check mode changed nothing"
 
     run = run_playbook("adopt-cluster.yml")
     assert run.returncode == 0, run.stdout[-3000:]
-    ds, cm = _state(sandbox)
+    ds, cm = bcd_objects(sandbox)
     assert "varlog" not in [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]]
     assert "extra.toml" not in cm["data"]
     for obj in (ds, cm):

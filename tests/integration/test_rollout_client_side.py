@@ -5,11 +5,9 @@ bcd_adopt_foreign_objects false, naming the object and the foreign field manager
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.helpers import run_playbook
+from tests.helpers import bcd_objects, client_side_applied, run_playbook
 
 # a rollout replaces every pod, stage by stage: more than a minute
 pytestmark = [pytest.mark.sandbox, pytest.mark.long, pytest.mark.usefixtures("adopted")]
@@ -20,37 +18,16 @@ def _flat(text: str) -> str:
 
 
 def _client_side_applied(sandbox, tmp_path) -> None:
-    """The render as the cluster runs it, plus a hostPath volume /var/log in the DaemonSet and a
-    key in the ConfigMap, applied client-side over the adopted objects."""
-    out = tmp_path / "render.json"
-    run = run_playbook("render.yml", "-e", f"bcd_render_out={out}")
-    assert run.returncode == 0, run.stdout[-2000:]
-    doc = json.loads(out.read_text())
-    cm = next(i for i in doc["items"] if i["kind"] == "ConfigMap")
-    cm["data"]["extra.toml"] = "# kept by hand\n"
-    ds = next(i for i in doc["items"] if i["kind"] == "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}})
-    pod["containers"][0]["volumeMounts"].append({"name": "varlog", "mountPath": "/host/var/log", "readOnly": True})
-    doc["items"] = [cm, ds]
-    out.write_text(json.dumps(doc))
-    sandbox.kubectl("apply", "-f", str(out))
-    # the template changed: the DaemonSet controller rolls the pods; a healthy fleet is what a
-    # rollout starts from
+    """The ConfigMap and DaemonSet with the client-side extras; the template changed, so the
+    DaemonSet controller rolls the pods: a healthy fleet is what a rollout starts from."""
+    client_side_applied(sandbox, tmp_path, kinds=("ConfigMap", "DaemonSet"))
     sandbox.kubectl("rollout", "status", "daemonset/bcd", "-n", "bcd-system", "--timeout=180s", timeout=200)
 
-
-def _state(sandbox) -> tuple[dict, dict]:
-    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json",
-                                    "--show-managed-fields").stdout)
-    cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json",
-                                    "--show-managed-fields").stdout)
-    return ds, cm
 
 
 def test_rollout_takes_over_what_a_client_side_kubectl_apply_left(sandbox, tmp_path):
     _client_side_applied(sandbox, tmp_path)
-    ds, cm = _state(sandbox)
+    ds, cm = bcd_objects(sandbox)
     assert "kubectl-client-side-apply" in [e["manager"] for e in ds["metadata"]["managedFields"]]
 
     refused = run_playbook("rollout.yml", "-e", "bcd_adopt_foreign_objects=false")
@@ -58,7 +35,7 @@ def test_rollout_takes_over_what_a_client_side_kubectl_apply_left(sandbox, tmp_p
     assert refused.returncode != 0, out[-3000:]
     assert "DaemonSet bcd-system/bcd: fields managed by kubectl-client-side-apply" in out, out[-3000:]
     assert "ConfigMap bcd-system/bcd-config: fields managed by kubectl-client-side-apply" in out
-    assert _state(sandbox)[0]["metadata"]["generation"] == ds["metadata"]["generation"], "nothing changed"
+    assert bcd_objects(sandbox)[0]["metadata"]["generation"] == ds["metadata"]["generation"], "nothing changed"
 
     check = run_playbook("rollout.yml", "--check", "--diff")
     assert check.returncode == 0, check.stdout[-3000:]
@@ -67,11 +44,11 @@ def test_rollout_takes_over_what_a_client_side_kubectl_apply_left(sandbox, tmp_p
     assert any("extra.toml" in line for line in removed)
     assert any("last-applied-configuration" in line for line in removed)
     assert "nothing to do" not in check.stdout
-    assert "extra.toml" in _state(sandbox)[1]["data"], "check mode changed nothing"
+    assert "extra.toml" in bcd_objects(sandbox)[1]["data"], "check mode changed nothing"
 
     run = run_playbook("rollout.yml")
     assert run.returncode == 0, run.stdout[-3000:]
-    ds, cm = _state(sandbox)
+    ds, cm = bcd_objects(sandbox)
     assert "varlog" not in [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]]
     assert "/host/var/log" not in [m["mountPath"] for m in ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
     assert "extra.toml" not in cm["data"]
