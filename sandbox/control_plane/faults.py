@@ -15,8 +15,10 @@ Faults are one JSON object; every member is optional (absent: no such fault)::
                                  #   (a client with a shorter timeout sees a timeout), then
                                  #   answered; "reset": every new connection is closed right
                                  #   after the TLS handshake (the client sees a reset/EOF)
-      "refuseJoin": {"gpu-node-2": "maintenance"}  # Node name -> reason: its join is refused
+      "refuseJoin": {"gpu-node-2": "maintenance"}, # Node name -> reason: its join is refused
                                                    # (reason code Refused, the text as message)
+      "muteReports": ["gpu-node-1"]  # Nodes whose bcd stops reporting though its pod runs (a
+                                     # gateway the node cannot reach): offline after the grace
     }
 
 Reading the faults gives the same object with ``outageRemaining`` (seconds) instead of
@@ -39,7 +41,7 @@ import time
 
 ERROR_STATUSES = {429: "RATE_LIMITED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
 KNOWN = ("errorRate", "errorCount", "errorStatus", "retryAfter", "procedures", "latencySeconds", "outageSeconds",
-         "outageMode", "refuseJoin")
+         "outageMode", "refuseJoin", "muteReports")
 
 
 class FaultError(ValueError):
@@ -92,6 +94,11 @@ def validate(spec: object) -> dict:
         if not isinstance(refuse, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in refuse.items()):
             raise FaultError("refuseJoin: must map Node names to a reason (text), or list Node names")
         out["refuseJoin"] = dict(refuse)
+    if "muteReports" in spec:
+        muted = spec["muteReports"] or []
+        if not isinstance(muted, list) or not all(isinstance(n, str) for n in muted):
+            raise FaultError("muteReports: must list Node names")
+        out["muteReports"] = sorted(set(muted))
     return out
 
 
@@ -176,6 +183,11 @@ class Faults:
     def join_refusal(self, node_name: str) -> str | None:
         with self._lock:
             return (self._spec.get("refuseJoin") or {}).get(node_name)
+
+    def muted(self, node_name: str) -> bool:
+        """Whether the node's reports are held back (``muteReports``)."""
+        with self._lock:
+            return node_name in (self._spec.get("muteReports") or [])
 
     # -- counters ------------------------------------------------------------------------------
 

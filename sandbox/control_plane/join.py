@@ -594,7 +594,7 @@ class JoinSimulator:
                 continue
             if host in direct:  # bcd on a real node reports by itself (gateway.NodeSide.sweep)
                 continue
-            if host in joined_hosts:
+            if host in joined_hosts and not self.faults.muted(host):
                 with self.lock:
                     self.last_ready[host] = now
                 if node["state"] == "offline" and self.store.set_offline(host, False):

@@ -71,19 +71,28 @@ def test_a_node_too_small_for_bcd_is_warned_about_and_named_with_the_schedulers_
     assert "no bcd pod on this Node" not in out
 
 
+@pytest.mark.usefixtures("adopted")
 def test_the_node_wait_says_how_far_it_is_at_least_every_30_seconds(sandbox, cp, cpvars):
+    """A node whose bcd stops reporting while its pod runs (the emulator's muteReports fault: a
+    gateway the node cannot reach) goes offline; add-nodes.yml waits for it, printing a progress
+    line at least every 30 s, and fails at bcd_join_timeout naming it."""
     from sandbox.control_plane.admin import Admin
 
-    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
     admin = Admin.for_sandbox(sandbox.dir)
-    refused = sandbox.gpu_node_names()[0]
-    admin.patch_faults({"refuseJoin": {refused: "maintenance window"}})
+    muted = sandbox.gpu_node_names()[0]
+    admin.patch_faults({"muteReports": [muted]})
     try:
-        run = run_playbook("adopt-cluster.yml", "-e", "bcd_join_timeout=65")
+        deadline = time.monotonic() + 90
+        while {n["hostname"]: n["state"] for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}.get(muted) != "offline":
+            assert time.monotonic() < deadline, f"{muted} never went offline"
+            time.sleep(2)
+        run = run_playbook("add-nodes.yml", "-e", "bcd_join_timeout=65")
     finally:
-        admin.patch_faults({"refuseJoin": None})
-    assert run.returncode != 0
-    _assert_progress(run.stdout + run.stderr, r"\d of \d nodes report to the control plane", 65, "bcd_join_timeout")
+        admin.patch_faults({"muteReports": None})
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    _assert_progress(out, r"\d of \d nodes report to the control plane", 65, "bcd_join_timeout")
+    assert re.search(rf"did not report within 65s: {muted}: its bcd node is offline", _flat(out)), out[-3000:]
 
 
 def test_adoption_report_names_the_kubeconfig_and_the_context(sandbox):
