@@ -79,11 +79,13 @@ def test_bad_certificates_and_http_are_refused_before_any_call(ready, runner, tm
         "tls-other-ca": "unable to get local issuer certificate",
         "tls-expired": "certificate has expired",
         "tls-other-host": "mismatch, certificate is not valid for '127.0.0.1'",
-        "tls-system-store": "unable to get local issuer certificate",
+        # the emulator sends its CA in the chain, so OpenSSL may name that instead of the missing issuer
+        "tls-system-store": ("unable to get local issuer certificate", "self-signed certificate in certificate chain"),
     }
     for host, words in expect.items():
         task, msg = failed[host]
-        assert "TLS" in msg and words in msg, (host, task, msg)
+        words = (words,) if isinstance(words, str) else words
+        assert "TLS" in msg and any(w in msg for w in words), (host, task, msg)
         assert "bcd_control_plane_ca_file" in msg, msg
     task, msg = failed["http"]
     assert msg.startswith("INVALID_CONFIG: bcd_control_plane_url:") and "must be an https:// URL" in msg, msg
