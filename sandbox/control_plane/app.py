@@ -290,13 +290,9 @@ def build_app(api: Api) -> Starlette:
                                   headers={"WWW-Authenticate": 'Bearer realm="bcd"'})
         if procedure not in SPECS:
             return error_response("NOT_FOUND", f"no procedure {procedure!r}")
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            return error_response("INVALID_INPUT", f"the body is over {MAX_BODY} bytes")
-        try:
-            body = json.loads(raw or b"null", parse_constant=_no_constant)
-        except (ValueError, UnicodeDecodeError):
-            return error_response("INVALID_INPUT", "the body is not JSON")
+        body, refused = await _json_body(request)
+        if refused is not None:
+            return refused
         try:
             return JSONResponse(api.call(procedure, body))
         except ApiError as exc:
@@ -308,13 +304,9 @@ def build_app(api: Api) -> Starlette:
     async def node_endpoint(request: Request) -> JSONResponse:
         from sandbox.control_plane.gateway import GatewayError
 
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            return error_response("INVALID_INPUT", f"the body is over {MAX_BODY} bytes")
-        try:
-            body = json.loads(raw or b"null", parse_constant=_no_constant)
-        except (ValueError, UnicodeDecodeError):
-            return error_response("INVALID_INPUT", "the body is not JSON")
+        body, refused = await _json_body(request)
+        if refused is not None:
+            return refused
         try:
             if request.url.path == "/v1/join":
                 return JSONResponse(api.node_side.join(body))
@@ -343,6 +335,18 @@ def build_app(api: Api) -> Starlette:
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+async def _json_body(request: Request) -> tuple[object, JSONResponse | None]:
+    """(the request's JSON body, None), or (None, the INVALID_INPUT answer) for a body over
+    MAX_BODY bytes or one that is not JSON (NaN and Infinity included)."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        return None, error_response("INVALID_INPUT", f"the body is over {MAX_BODY} bytes")
+    try:
+        return json.loads(raw or b"null", parse_constant=_no_constant), None
+    except (ValueError, UnicodeDecodeError):
+        return None, error_response("INVALID_INPUT", "the body is not JSON")
 
 
 def procedure_of(path: str) -> str:
