@@ -148,3 +148,13 @@ def bcd_objects(sandbox) -> tuple[dict, dict]:
     cm = json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json",
                                     "--show-managed-fields").stdout)
     return ds, cm
+
+
+def assert_takeover_previewed(stdout: str) -> None:
+    """A --check --diff run over client_side_applied objects shows what taking them over removes
+    (the extra volume, the extra key, the last-applied annotation) and does not say "nothing to do"."""
+    removed = [line for line in stdout.splitlines() if line.startswith("-")]
+    assert any("/var/log" in line for line in removed), stdout[-6000:]
+    assert any("extra.toml" in line for line in removed)
+    assert any("last-applied-configuration" in line for line in removed)
+    assert "nothing to do" not in stdout

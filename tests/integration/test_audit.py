@@ -9,6 +9,7 @@ Each fault is undone before the next test (so the tests run in file order on one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -129,23 +130,32 @@ def test_the_printed_report_json_junit_and_metrics_agree_on_every_check(sandbox,
     assert {k: "failed" if v == 0 else "warning" if warning[k] == 1 else "ok" for k, v in ok.items()} == from_json
 
 
-def test_drift_names_only_what_the_render_sets(sandbox, tmp_path):
-    """A hand edit of the image moves the DaemonSet's template generation (the server's
-    deprecated.daemonset.template.generation annotation and metadata.generation): the drift names
-    the image and the update strategy, never what the API server or a controller sets."""
+@contextlib.contextmanager
+def hand_edited_image(sandbox, digest: str):
+    """The DaemonSet's bcd image edited by hand to ``digest`` (field manager kubectl-edit), with
+    updateStrategy OnDelete so no pod moves while the edit is there; yields (edited, image) and
+    puts the image and the rolling update back afterwards."""
     with sandbox.api_client() as api:
         ds = k8s.AppsV1Api(api).read_namespaced_daemon_set("bcd", NS)
     image = next(c.image for c in ds.spec.template.spec.containers if c.name == "bcd")
-    edited = image.split("@sha256:")[0] + "@sha256:" + "1" * 64
+    edited = image.split("@sha256:")[0] + "@sha256:" + digest
     patch = {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
                       "template": {"spec": {"containers": [{"name": "bcd", "image": edited}]}}}}
     undo = {"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
                      "template": {"spec": {"containers": [{"name": "bcd", "image": image}]}}}}
     sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(patch))
     try:
-        run, report, _, _ = audit(tmp_path, "-e", "bcd_audit_report_only=true")
+        yield edited, image
     finally:
         sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(undo))
+
+
+def test_drift_names_only_what_the_render_sets(sandbox, tmp_path):
+    """A hand edit of the image moves the DaemonSet's template generation (the server's
+    deprecated.daemonset.template.generation annotation and metadata.generation): the drift names
+    the image and the update strategy, never what the API server or a controller sets."""
+    with hand_edited_image(sandbox, "1" * 64):
+        run, report, _, _ = audit(tmp_path, "-e", "bcd_audit_report_only=true")
     assert run.returncode == 0, run.stdout[-3000:]  # bcd_audit_report_only: the outputs are the alert
     assert failed(report) == {("drift-daemonset", "")}, failed(report)
     first = message(report, "drift-daemonset").splitlines()[0]
@@ -164,20 +174,8 @@ def test_refuses_variables_that_would_change_something(tmp_path):
 
 @pytest.mark.long  # one audit run per fault: make test-long
 def test_a_hand_edit_to_the_daemonset(sandbox, tmp_path):
-    with sandbox.api_client() as api:
-        ds = k8s.AppsV1Api(api).read_namespaced_daemon_set("bcd", NS)
-    image = next(c.image for c in ds.spec.template.spec.containers if c.name == "bcd")
-    edited = image.split("@sha256:")[0] + "@sha256:" + OTHER_DIGEST
-    # OnDelete, so no pod moves while the edit is there.
-    patch = {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
-                      "template": {"spec": {"containers": [{"name": "bcd", "image": edited}]}}}}
-    undo = {"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
-                     "template": {"spec": {"containers": [{"name": "bcd", "image": image}]}}}}
-    sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(patch))
-    try:
+    with hand_edited_image(sandbox, OTHER_DIGEST) as (edited, image):
         run, report, _, metrics = audit(tmp_path)
-    finally:
-        sandbox.kubectl("-n", NS, "patch", "daemonset", "bcd", "--field-manager=kubectl-edit", "-p", json.dumps(undo))
     assert run.returncode != 0
     assert failed(report) == {("drift-daemonset", "")}, failed(report)
     text = message(report, "drift-daemonset")
