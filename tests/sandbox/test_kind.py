@@ -13,6 +13,7 @@ A cluster that was up before the test is left up; one the test started is delete
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,20 +42,30 @@ def _cannot_run() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def bed():
+@contextlib.contextmanager
+def kind_bed(attach: bool = False):
+    """The kind test bed up (``attach``: with the emulator and KWOK nodes); yields its API client.
+    Skips, with the reason, where it cannot run; a cluster this started is deleted afterwards."""
     reason = _cannot_run()
     if reason:
         pytest.skip(reason)
     was_up = kind.exists()
     if not was_up and kind.inotify_shortfall():
         pytest.skip(kind.inotify_shortfall())
-    kind.up()
+    kind.up(attach=attach)
     api = cluster.api_client(kind.kind_dir())
-    yield api
-    api.close()
-    if not was_up:
-        assert kind.down() == []
+    try:
+        yield api
+    finally:
+        api.close()
+        if not was_up:
+            assert kind.down() == []
+
+
+@pytest.fixture(scope="module")
+def bed():
+    with kind_bed() as api:
+        yield api
 
 
 @pytest.fixture(scope="module")

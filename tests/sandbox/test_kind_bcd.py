@@ -30,11 +30,11 @@ import time
 
 import pytest
 
-from sandbox import cluster, kind
+from sandbox import kind
 from sandbox.control_plane.admin import Admin
 from tests.helpers import recap, run_playbook
 from tests.sandbox.test_control_plane import Emulator
-from tests.sandbox.test_kind import _cannot_run
+from tests.sandbox.test_kind import kind_bed
 
 pytestmark = pytest.mark.long
 
@@ -43,25 +43,14 @@ NS = "bcd-system"
 
 @pytest.fixture(scope="module")
 def bed():
-    reason = _cannot_run()
-    if reason:
-        pytest.skip(reason)
-    was_up = kind.exists()
-    if not was_up and kind.inotify_shortfall():
-        pytest.skip(kind.inotify_shortfall())
-    kind.up(attach=True)
     from kubernetes import client
 
     from sandbox.kind import standin
 
-    api = cluster.api_client(kind.kind_dir())
-    bed = {"core": client.CoreV1Api(api), "apps": client.AppsV1Api(api), "cp": Emulator(kind.attach_dir()),
-           "admin": Admin.for_sandbox(kind.attach_dir()), "images": standin.refs(),
-           "workers": kind.node_names()[1:]}
-    yield bed
-    api.close()
-    if not was_up:
-        assert kind.down() == []
+    with kind_bed(attach=True) as api:
+        yield {"core": client.CoreV1Api(api), "apps": client.AppsV1Api(api), "cp": Emulator(kind.attach_dir()),
+               "admin": Admin.for_sandbox(kind.attach_dir()), "images": standin.refs(),
+               "workers": kind.node_names()[1:]}
 
 
 def play(playbook: str, *args: str):
