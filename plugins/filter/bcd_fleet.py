@@ -188,6 +188,19 @@ def bcd_fleet_shares_report(hostvars, hosts, me) -> bool:
     return mine is not None and any(h != me and path(h) == mine for h in hosts)
 
 
+def bcd_kube_source(hostvars, host) -> str:
+    """How host ``host`` reached its cluster, for a failure line: the API server and context the
+    render recorded (``bcd_daemonset_render.cluster``), else the kubeconfig and context it was given
+    (``bcd_kubeconfig``, ``bcd_kube_context``) or their defaults."""
+    hv = hostvars[host] if host in hostvars else {}
+    reached = _get(hv, "bcd_daemonset_render", "cluster")
+    if reached:
+        return str(reached)
+    kubeconfig = _get(hv, "bcd_kubeconfig") or "from KUBECONFIG or ~/.kube/config"
+    context = _get(hv, "bcd_kube_context") or "its current context"
+    return f"kubeconfig {kubeconfig}, context {context}"
+
+
 def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> list[dict]:
     """``[{path, document}]``: one JSON document for each ``bcd_report_out`` several clusters
     share, ``{"playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
@@ -210,4 +223,5 @@ def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> li
 class FilterModule:
     def filters(self):
         return {"bcd_fleet_records": bcd_fleet_records, "bcd_fleet_lines": bcd_fleet_lines,
-                "bcd_fleet_shares_report": bcd_fleet_shares_report, "bcd_fleet_reports": bcd_fleet_reports}
+                "bcd_fleet_shares_report": bcd_fleet_shares_report, "bcd_fleet_reports": bcd_fleet_reports,
+                "bcd_kube_source": bcd_kube_source}

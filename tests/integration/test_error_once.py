@@ -62,5 +62,8 @@ def test_an_audit_that_cannot_run_says_why_once(sandbox, tmp_path):
     assert run.returncode != 0, out[-3000:]
     said = tasks_saying(out, "injected fault: INTERNAL")
     assert len(said) == 1, said
-    assert "the audit could not run (the error is above" in " ".join(out.split())
+    flat = " ".join(out.split())
+    assert "the audit could not run (the error is above" in flat
+    # its closing line names the connection, as every playbook's does
+    assert f"every output records it; cluster: kubeconfig {sandbox.kubeconfig}, context " in flat, flat[-2000:]
     assert "injected fault: INTERNAL" in report.read_text(), "the report records it"

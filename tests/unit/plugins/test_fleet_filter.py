@@ -10,6 +10,7 @@ from ansible_collections.bcd.kubernetes.plugins.filter.bcd_fleet import (
     bcd_fleet_records,
     bcd_fleet_reports,
     bcd_fleet_shares_report,
+    bcd_kube_source,
 )
 
 ISO = {"cluster": "x", "nodes": [{"name": "gpu-node-1", "verdict": "isolated"}]}
@@ -117,3 +118,12 @@ def test_a_relative_path_is_the_same_file_as_its_absolute_form():
 def test_an_unknown_playbook_is_refused():
     with pytest.raises(ValueError, match="unknown playbook 'deploy'"):
         bcd_fleet_records({}, [], "deploy")
+
+
+def test_the_connection_is_the_render_s_else_the_inputs_with_their_defaults():
+    hv = {"a": {"bcd_daemonset_render": {"cluster": "kubeconfig /k, context c, server https://x"}},
+          "b": {"bcd_kubeconfig": "/etc/bcd/kube", "bcd_kube_context": "east"},
+          "c": {}}
+    assert bcd_kube_source(hv, "a") == "kubeconfig /k, context c, server https://x"
+    assert bcd_kube_source(hv, "b") == "kubeconfig /etc/bcd/kube, context east"
+    assert bcd_kube_source(hv, "c") == "kubeconfig from KUBECONFIG or ~/.kube/config, context its current context"
