@@ -18,7 +18,8 @@ recomputed from its id), plain and base64-encoded (tests/secrets_scan.py), in:
 
 The scenario is arranged so the secret is really there: adopt-cluster.yml and add-nodes.yml
 mint a token (the control plane first forgets the nodes), rollout.yml rolls the DaemonSet to
-another digest and back, and the token minted is checked against the Secret file.
+another digest and back, release-cluster.yml releases the adopted cluster (with the API key), and
+the token minted is checked against the Secret file.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from tests.secrets_scan import files_touched_since, find_in_files, find_in_text
 
 pytestmark = pytest.mark.sandbox
 
-PLAYBOOKS = ("adopt-cluster.yml", "add-nodes.yml", "render.yml", "gpu-stack.yml", "doctor.yml", "rollout.yml")
+# release-cluster.yml last: the next run's fixture adopts the cluster again
+PLAYBOOKS = ("adopt-cluster.yml", "add-nodes.yml", "render.yml", "gpu-stack.yml", "doctor.yml", "rollout.yml",
+             "audit.yml", "release-cluster.yml")
 # "mitogen": the default callback under mitogen's strategy, the opt-in persistent interpreter
 CALLBACKS = {"default": {}, "json": {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}, "mitogen": mitogen_env()}
 OTHER_IMAGE = "registry.example.com/better-compute/bcd:0.1.1@sha256:" + "b" * 64
@@ -78,6 +81,10 @@ def arrange(playbook: str, world, tmp_path) -> tuple[list[str], str]:
     if playbook == "rollout.yml":
         target = INVENTORY_IMAGE if daemonset_image(world) != INVENTORY_IMAGE else OTHER_IMAGE
         return ["-e", f"bcd_image={target}"], f"rolls the DaemonSet to sha256:{target.rsplit(':', 1)[1][:12]}"
+    if playbook == "release-cluster.yml":
+        return ["-e", "bcd_release_confirm=sandbox"], "releases the cluster's nodes and deletes bcd's objects"
+    if playbook == "audit.yml":
+        return [], "audits the cluster"
     return [], "configures and checks GPU isolation" if playbook == "gpu-stack.yml" else "checks GPU isolation"
 
 
@@ -116,6 +123,9 @@ def test_no_secret_in_output_log_dump_files_or_cluster(playbook, callback, runne
         assert minted == []
     if playbook == "rollout.yml":
         assert "rolled, healthy" in run.text, run.tail()
+    if playbook == "release-cluster.yml":
+        # the API key was really used: the adopted nodes were removed from the control plane
+        assert "Cluster sandbox is released" in run.text and "0 node(s) removed" not in run.text, run.tail()
 
     secrets = world.secrets()
     where = {
