@@ -880,7 +880,7 @@ def not_warm() -> str | None:
     """Why ``up`` would build something or fail here, or None when the cache is warm: the host
     packages, root, every binary in the shared cache, the node image in podman's storage, and
     root's free inotify instances. ``make test`` runs the molecule scenario ``kind`` only when
-    this is None (a cold build takes about 20 minutes on 2 cores)."""
+    this is None (a cold build takes up to 13 minutes on 2 cores)."""
     return why_not_warm()[0]
 
 
