@@ -51,9 +51,9 @@ test-molecule: setup
 	$(BIN)/molecule test -s rollout
 
 # molecule scenario `kind` (real kubelets, the stand-in bcd image) when the kind cache is warm: a
-# cold build takes about 20 minutes on 2 cores, more than make test can spare (make kind builds
-# it). It says plainly when it skips, and why; the line also goes to out/kind-scenario.txt, which
-# .ci/run prints in its closing note.
+# cold build takes up to 13 minutes on 2 cores (sandbox/kind/README.md), more than make test can
+# spare (make kind builds it; .ci/run builds it after make test when time is left). It says plainly
+# when it skips, and why; the line also goes to out/kind-scenario.txt, which .ci/run prints.
 KIND_NOTE := out/kind-scenario.txt
 test-kind: setup
 	@mkdir -p out

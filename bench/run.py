@@ -13,6 +13,12 @@ ours and the floor in turn:
 - rollout: ``rollout.yml`` to a new digest against ``bench/floor/rollout.sh`` (kubectl set image,
   rollout status), both with maxUnavailable ``BENCH_MAX_UNAVAILABLE`` (default 10%).
 
+Before the sizes, ``demo``: ``make demo`` warm (``BENCH_DEMO_CMD``), ``BENCH_RUNS`` times, each
+from a stopped sandbox (its own directory ``BENCH_DEMO_DIR``, default ``<repo>/.sandbox-bench-demo``,
+brought down before and after each run) with the sandbox's binaries cached (``python -m sandbox
+build`` first, not measured) and the venv present (``make bench`` runs ``make setup`` first);
+target under 60 s, reported, not asserted; no floor.
+
 With ``BENCH_MITOGEN=1`` (the default when the ``mitogen`` package is installed) every point is also
 run with our playbooks under mitogen's strategy (``ANSIBLE_STRATEGY=mitogen_linear``, the opt-in
 persistent interpreter), reported beside plain Ansible.
@@ -36,6 +42,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -58,6 +65,10 @@ SELECTOR = "nvidia.com/gpu.present=true"
 REPORTING = ("adopting", "ready", "draining")
 IMAGE_REPO = "registry.example.com/better-compute/bcd:0.1.0"
 RUN_TIMEOUT = 3600.0
+# render, adopt and rollout run at every size against the floor; demo (make demo warm) once, first.
+SCENARIOS = ("render", "adopt", "rollout", "demo")
+SIZED = ("render", "adopt", "rollout")
+DEMO_TIMEOUT = 900.0
 
 
 class BenchError(RuntimeError):
@@ -76,6 +87,8 @@ class Config:
     profile: bool
     scenarios: list[str]
     mitogen: bool = False
+    demo_dir: Path | None = None
+    demo_cmd: list[str] = field(default_factory=lambda: ["make", "demo"])
 
     def runs_for(self, size: int) -> int:
         """Runs per point at ``size`` nodes (BENCH_RUNS_AT, else BENCH_RUNS)."""
@@ -98,17 +111,22 @@ class Config:
         mu = os.environ.get("BENCH_MAX_UNAVAILABLE", "10%")
         if not re.fullmatch(r"[1-9]\d*%?", mu):
             raise BenchError(f"BENCH_MAX_UNAVAILABLE: {mu!r} is not a count or a percentage")
-        scenarios = os.environ.get("BENCH_SCENARIOS", "render adopt rollout").split()
+        scenarios = os.environ.get("BENCH_SCENARIOS", " ".join(SCENARIOS)).split()
         mitogen = os.environ.get("BENCH_MITOGEN", "1" if mitogen_strategy_dir() else "0") in ("1", "true", "yes")
         if mitogen and not mitogen_strategy_dir():
             raise BenchError("BENCH_MITOGEN=1 needs the mitogen package (pip install -r requirements-dev.txt)")
-        if set(scenarios) - {"render", "adopt", "rollout"}:
-            raise BenchError(f"BENCH_SCENARIOS: {scenarios} (render, adopt, rollout)")
+        if not scenarios or set(scenarios) - set(SCENARIOS):
+            raise BenchError(f"BENCH_SCENARIOS: {scenarios} (one or more of {', '.join(SCENARIOS)})")
+        demo_cmd = shlex.split(os.environ.get("BENCH_DEMO_CMD", "make demo"))
+        if not demo_cmd:
+            raise BenchError("BENCH_DEMO_CMD: empty (default: make demo)")
         return cls(sizes=sizes, runs=runs, runs_at=runs_at, max_unavailable=mu,
                    sandbox_dir=Path(os.environ.get("BENCH_SANDBOX_DIR", ROOT / ".sandbox-bench")).resolve(),
                    keep=os.environ.get("BENCH_KEEP", "") in ("1", "true", "yes"), floor_poll_interval=interval,
                    profile=os.environ.get("BENCH_PROFILE", "1") not in ("0", "false", "no"), scenarios=scenarios,
-                   mitogen=mitogen)
+                   mitogen=mitogen,
+                   demo_dir=Path(os.environ.get("BENCH_DEMO_DIR", ROOT / ".sandbox-bench-demo")).resolve(),
+                   demo_cmd=demo_cmd)
 
 
 def mitogen_strategy_dir() -> str | None:
@@ -411,6 +429,57 @@ class Bench:
             self.floor("rollout", size, i, "rollout.sh", BCD_IMAGE=image, MAX_UNAVAILABLE=mu)
             self.wait_fleet(size, image)
 
+    def demo_env(self) -> dict[str, str]:
+        """What a user's shell has for ``make demo``, with the demo's own sandbox directory, and
+        the timer callback, whose closing line gives adopt-cluster.yml's part of the time."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("SANDBOX_NODES", "SANDBOX_AUDIT", "KUBECONFIG", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        callbacks = ["ansible.posix.timer"] + (["ansible.posix.profile_tasks"] if self.cfg.profile else [])
+        env.update({"SANDBOX_DIR": str(self.cfg.demo_dir), "PYTHONUNBUFFERED": "1", "ANSIBLE_NOCOLOR": "1",
+                    "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_CALLBACKS_ENABLED": ",".join(callbacks),
+                    "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"})
+        return env
+
+    def demo_down(self) -> None:
+        rc = subprocess.run([str(VENV_BIN / "python"), "-m", "sandbox", "down"], cwd=ROOT, env=self.demo_env(),
+                            capture_output=True, text=True, check=False)
+        if rc.returncode != 0:
+            raise BenchError(f"python -m sandbox down ({self.cfg.demo_dir}) failed: {rc.stdout[-1000:]}{rc.stderr[-1000:]}")
+
+    def demo_phase(self) -> None:
+        """``make demo`` from a stopped sandbox, binaries cached, venv present: wall time per run."""
+        say("demo: the sandbox's binaries (python -m sandbox build, not measured)")
+        built = subprocess.run([str(VENV_BIN / "python"), "-m", "sandbox", "build"], cwd=ROOT, env=self.demo_env(),
+                               capture_output=True, text=True, check=False)
+        if built.returncode != 0:
+            raise BenchError(f"python -m sandbox build failed:\n{built.stdout[-2000:]}{built.stderr[-2000:]}")
+        for i in range(1, self.cfg.runs + 1):
+            self.demo_down()
+            log = self.logs / f"demo-ours-{i}.log"
+            m = measure.run(self.cfg.demo_cmd, self.demo_env(), ROOT, DEMO_TIMEOUT, log)
+            try:
+                nodes = json.loads((self.cfg.demo_dir / "state.json").read_text()).get("gpu_nodes", 0)
+            except (OSError, ValueError):
+                nodes = 0
+            self.demo_down()
+            if m.returncode != 0:
+                tail = "\n".join((m.stdout + m.stderr).strip().splitlines()[-25:])
+                raise BenchError(f"demo run {i} ({' '.join(self.cfg.demo_cmd)}) failed (exit {m.returncode}); log {log}:\n{tail}")
+            # ansible.posix.timer: "Playbook run took 0 days, 0 hours, 0 minutes, 23 seconds"
+            took = re.search(r"Playbook run took (\d+) days, (\d+) hours, (\d+) minutes, (\d+) seconds", m.stdout)
+            playbook_s = None
+            if took:
+                d, h, mi, sec = (int(x) for x in took.groups())
+                playbook_s = ((d * 24 + h) * 60 + mi) * 60 + sec
+            run = Run("demo", nodes, "ours", i, round(m.seconds, 2), round(m.peak_rss_mb, 1), round(m.peak_pss_mb, 1),
+                      {}, {}, m.load, str(log.relative_to(ROOT)), {"playbook_s": playbook_s})
+            recap = m.stdout.split("TASKS RECAP", 1)
+            if len(recap) == 2:
+                run.extra["slowest_tasks"] = [ln for ln in recap[1].splitlines() if re.search(r" -+ +\d+\.\d+s$", ln)][:12]
+            self.runs.append(run)
+            say(f"demo    {nodes:>5} nodes  make demo #{i}: {run.seconds:7.1f}s (adopt-cluster.yml {playbook_s}s; "
+                f"target under {report.DEMO_TARGET_S} s)  (load {m.load[0]:.1f} -> {m.load[1]:.1f})")
+
     # -- all of it ------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -421,7 +490,9 @@ class Bench:
             f"maxUnavailable {self.cfg.max_unavailable}")
         failed = None
         try:
-            for size in self.cfg.sizes:
+            if "demo" in self.cfg.scenarios:
+                self.demo_phase()
+            for size in (self.cfg.sizes if set(SIZED) & set(self.cfg.scenarios) else []):
                 self.sandbox_up(size)
                 if "render" in self.cfg.scenarios:
                     self.render_phase(size)
@@ -444,7 +515,10 @@ class Bench:
 
             traceback.print_exc()
         finally:
-            if not self.cfg.keep:
+            if "demo" in self.cfg.scenarios and self.cfg.demo_dir.exists():
+                subprocess.run([str(VENV_BIN / "python"), "-m", "sandbox", "down"], cwd=ROOT, env=self.demo_env(),
+                               check=False)
+            if not self.cfg.keep and self.sdir.exists():
                 say(f"sandbox down ({self.sdir})")
                 self.sandbox_cmd("down", check=False)
         if self.runs:

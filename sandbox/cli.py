@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p_ks = kind_sub.add_parser("status", help="node containers, nodes, CoreDNS; exit 1 when not up")
     p_ks.add_argument("--json", action="store_true", help="print the report as JSON")
     kind_sub.add_parser("build", help="find or build the binaries and images of the kind test bed")
-    kind_sub.add_parser("check", help="exit 0 when the cache is warm (up builds nothing), else say why")
+    kind_sub.add_parser("check", help="exit 0 when the cache is warm (up builds nothing); else say why, exit 2 "
+                                      "when `build` would make it warm, 1 otherwise")
     args = parser.parse_args(argv)
     if args.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", args.name):
         parser.error(f"--name {args.name!r}: letters, digits, '-' and '_' only, at most 63")

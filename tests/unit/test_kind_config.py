@@ -44,3 +44,19 @@ def test_without_root_it_names_the_packages_to_install(monkeypatch):
 def test_the_wrapper_modules_pin_one_kubernetes_release():
     assert kind.build.pinned_version("node", "k8s.io/kubernetes") == kind.kube_version()
     assert "-X k8s.io/component-base/version.gitVersion=v" + kind.kube_version() in kind.build.ldflags("node")
+
+
+def test_check_tells_a_cold_cache_from_one_a_build_cannot_warm(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(kind.os, "geteuid", lambda: 1000)
+    reason, buildable = kind.why_not_warm()
+    assert "not root" in reason and buildable is False
+    monkeypatch.setattr(kind.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(kind, "missing_host_packages", lambda: ["mmdebstrap"])
+    reason, buildable = kind.why_not_warm()
+    assert "mmdebstrap" in reason and buildable is True
+    monkeypatch.setattr(kind, "missing_host_packages", lambda: [])
+    # an empty cache: every binary is missing, which `build` makes
+    reason, buildable = kind.why_not_warm()
+    assert reason.startswith(f"binaries not built into {tmp_path}") and "kubelet" in reason and buildable is True
+    assert kind.not_warm() == reason

@@ -1,0 +1,87 @@
+"""`.ci/run`'s decisions, with `make` and the venv's python replaced by stubs that log their calls."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ci(tmp_path: Path, kind_rc: int, fail: str = "", **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run a copy of .ci/run in ``tmp_path``: `kind check` exits ``kind_rc``; the step named in
+    ``fail`` (a make target or ``kind-build``) exits 1. Returns the run and the logged calls."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    log = tmp_path / "calls.log"
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "make").write_text(
+        "#!/bin/bash\n"
+        f'echo "make $*" >> {log}\n'
+        'if [ "$1" = test ]; then mkdir -p out; echo "make test: SKIPPED molecule scenario kind: cold" > out/kind-scenario.txt; fi\n'
+        'if [ "$1" = test-long ]; then echo "deadline ${BCD_LONG_DEADLINE:-none}" >> ' f"{log}; fi\n"
+        f'[ "$1" = "{fail}" ] && exit 1; exit 0\n')
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(
+        "#!/bin/bash\n"
+        f'echo "python $*" >> {log}\n'
+        f'[ "$4" = check ] && exit {kind_rc}\n'
+        f'[ "$4" = build ] && [ "{fail}" = kind-build ] && exit 1\n'
+        "exit 0\n")
+    for f in (stubs / "make", venv / "python"):
+        f.chmod(0o755)
+    run_env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", **env}
+    done = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=run_env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    return done, log.read_text().splitlines()
+
+
+def test_cold_kind_cache_builds_and_runs_the_scenario_before_the_long_tests(tmp_path):
+    t0 = time.time()
+    done, calls = _ci(tmp_path, kind_rc=2)
+    assert done.returncode == 0, done.stderr
+    assert [c for c in calls if not c.startswith("deadline")] == [
+        "make test", "python -m sandbox kind check", "python -m sandbox kind build", "make test-kind",
+        "make test-long"]
+    assert "ci: kind build took 0m0" in done.stdout and "ci: molecule scenario kind took 0m0" in done.stdout
+    assert "ci: timings: make test 0m0" in done.stdout and "kind build 0m0" in done.stdout
+    # the long tests' deadline keeps LONG_TAIL_MINUTES (15) of the 90 free
+    deadline = int(next(c for c in calls if c.startswith("deadline")).split()[1])
+    assert 75 * 60 - 5 <= deadline - t0 <= 75 * 60 + 1
+
+
+@pytest.mark.parametrize("kind_rc", [0, 1])
+def test_no_kind_build_when_warm_or_not_possible(tmp_path, kind_rc):
+    done, calls = _ci(tmp_path, kind_rc=kind_rc)
+    assert done.returncode == 0, done.stderr
+    assert "python -m sandbox kind build" not in calls and "make test-kind" not in calls
+    assert "make test-long" in calls
+
+
+def test_too_little_time_left_skips_the_kind_build_and_says_so(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=2, CI_MINUTES="40", KIND_MIN_MINUTES="45")
+    assert "python -m sandbox kind build" not in calls
+    assert "only 40 min are left (under 45): kind build and the molecule scenario kind skipped" in done.stdout
+    assert "make test-long" in calls
+
+
+@pytest.mark.parametrize("fail", ["kind-build", "test-kind"])
+def test_kind_failures_are_reported_not_gating(tmp_path, fail):
+    done, calls = _ci(tmp_path, kind_rc=2, fail=fail)
+    assert done.returncode == 0
+    assert "WARNING" in done.stderr and "does not gate CI" in done.stderr
+    assert ("make test-kind" in calls) == (fail == "test-kind")
+    assert "make test-long" in calls
+
+
+def test_make_test_failure_fails_the_job(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=2, fail="test")
+    assert done.returncode != 0
+    assert calls == ["make test"]
