@@ -36,6 +36,11 @@ the pod. Nothing comes from a container registry:
   kubelet's own ``FailedCreatePodSandBox`` error; ``/kind/bin/bcd-nvidia-handler.sh on|off`` in a
   node adds or removes the handler (and restarts containerd).
 
+The workers are GPU nodes Ansible can log in to (:func:`setup_ssh`): sshd (Debian's, with
+``python3``, both in the rootfs) runs in each, root logs in with the test bed's key only, and
+``<dir>/gpu_nodes.yml`` lists them as inventory group gpu_nodes with a known_hosts file of their
+host keys, so gpu-stack.yml in packages mode and doctor.yml reach their files over SSH.
+
 bcd runs on the workers: ``up`` builds the stand-in bcd image (``sandbox/kind/standin.py``,
 ``localhost/bcd:0.1.0`` and its bad build) and loads it into the nodes; ``up --attach`` runs the
 control-plane emulator listening on the kind network's gateway address, where bcd in its pods
@@ -80,6 +85,8 @@ ROOTFS_PACKAGES = (
     "iproute2", "ethtool", "ebtables", "kmod", "mount", "util-linux", "ca-certificates", "curl",
     "containernetworking-plugins", "socat", "procps", "pigz", "rsync", "fuse-overlayfs", "jq",
     "e2fsprogs", "bash", "libseccomp2", "ipset",
+    # The workers are GPU nodes Ansible logs in to (packages mode): sshd and a Python for modules.
+    "openssh-server", "python3",
 )
 # Host requirements: (what is checked, the Debian package that provides it).
 HOST_NEEDS = (
@@ -761,6 +768,83 @@ TOOLKIT_CONFIG = ("/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/co
                   "[nvidia-container-runtime]\nmode = \"cdi\"\n")
 
 
+# sshd on the workers: key logins only (root may log in with a key: these are test nodes).
+SSHD_DROPIN = ("/etc/ssh/sshd_config.d/bcd-kind.conf",
+               "# Written by python -m sandbox kind up: the test bed logs in with its own key only.\n"
+               "PermitRootLogin prohibit-password\nAuthenticationMethods publickey\n"
+               "PasswordAuthentication no\nKbdInteractiveAuthentication no\n")
+
+
+def ssh_dir() -> Path:
+    """``<kind dir>/ssh``: the test bed's client key (``id_ed25519``, 0600) and ``known_hosts``."""
+    return kind_dir() / "ssh"
+
+
+def gpu_nodes_file() -> Path:
+    """``<kind dir>/gpu_nodes.yml``: the workers as inventory group gpu_nodes (written by ``up``,
+    gone after ``down``). Packages mode adds it to the kind inventory: ``-i inventories/kind -i
+    <kind dir>/gpu_nodes.yml -e bcd_nvidia_toolkit=packages``."""
+    return kind_dir() / "gpu_nodes.yml"
+
+
+def node_address(node: str) -> str:
+    """The node container's IPv4 address on the kind network."""
+    net = os.environ.get("KIND_EXPERIMENTAL_PODMAN_NETWORK") or "kind"
+    out = podman("inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{net}").IPAddress}}}}', node)
+    addr = out.stdout.strip()
+    if not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", addr):
+        raise KindError(f"kind: node {node} has no IPv4 address on the podman network {net} ({addr or 'none'})")
+    return addr
+
+
+def setup_ssh(workers: list[str], say=say) -> dict[str, Any]:
+    """Let Ansible log in to the workers over SSH as to GPU nodes (packages mode, doctor.yml's node
+    reads): a client key pair made once per kind directory, root's ``authorized_keys`` and host keys
+    of its own (``ssh-keygen -A``; the image has none) in each worker, sshd started there, the
+    workers' host keys (read through podman, not over the network) in ``known_hosts``, checked
+    strictly. Writes and returns the gpu_nodes inventory (:func:`gpu_nodes_file`)."""
+    sshd = ssh_dir()
+    sshd.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(sshd, 0o700)
+    key = sshd / "id_ed25519"
+    if not key.exists() or not key.with_suffix(".pub").exists():
+        key.unlink(missing_ok=True)
+        key.with_suffix(".pub").unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"bcd-kind@{cluster_name()}",
+                        "-f", str(key)], check=True, capture_output=True, timeout=60)
+    os.chmod(key, 0o600)
+    pub = key.with_suffix(".pub").read_text().strip()
+    dropin, text = SSHD_DROPIN
+    known, hosts = [], {}
+    for node in workers:
+        node_exec(node, "set -e\n"
+                        "install -d -m 0700 /root/.ssh\n"
+                        f"printf '%s\\n' '{pub}' > /root/.ssh/authorized_keys\n"
+                        "chmod 0600 /root/.ssh/authorized_keys\n"
+                        f"printf '%s' '{text}' > {dropin}\n"
+                        "test -f /etc/ssh/ssh_host_ed25519_key || ssh-keygen -q -A\n"
+                        "systemctl restart ssh\n")
+        host_key = node_exec(node, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        addr = node_address(node)
+        known.append(f"{addr} {host_key[0]} {host_key[1]}\n")
+        hosts[node] = addr
+    (sshd / "known_hosts").write_text("".join(known))
+    common = (f"-o UserKnownHostsFile={sshd / 'known_hosts'} -o StrictHostKeyChecking=yes "
+              "-o GlobalKnownHostsFile=/dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=10")
+    # Host variables, not the group's: inventories/kind/group_vars/all.yml (local connection, the
+    # controller's Python) takes precedence over an inventory file's group variables.
+    inventory = {"gpu_nodes": {"hosts": {node: {
+        "ansible_host": addr, "bcd_node_name": node, "ansible_connection": "ssh", "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(key), "ansible_ssh_common_args": common,
+        "ansible_python_interpreter": "/usr/bin/python3",
+    } for node, addr in hosts.items()}}}
+    cluster._write_private(gpu_nodes_file(), "# Written by python -m sandbox kind up: the kind workers over SSH.\n"
+                           + yaml.safe_dump(inventory, sort_keys=False))
+    say(f"kind: sshd on {', '.join(f'{n} ({a})' for n, a in hosts.items())}: root logs in with {key}; "
+        f"inventory group gpu_nodes in {gpu_nodes_file()}")
+    return inventory
+
+
 def attach_dir() -> Path:
     """The sandbox directory of the simulated part attached to the kind cluster (``<kind dir>/sandbox``);
     ``SANDBOX_DIR`` for inventories/sandbox and ``python -m sandbox status``."""
@@ -802,6 +886,7 @@ def up(say=say, attach: bool = False, kwok_nodes: int | None = None) -> Path:
         node_exec(node, "/kind/bin/bcd-nvidia-handler.sh on")
         path, text = TOOLKIT_CONFIG
         node_exec(node, f"test -f {path} || {{ mkdir -p {os.path.dirname(path)} && printf '%s' '{text}' > {path}; }}")
+    setup_ssh(node_names(name)[1:], say)
     setup_network(sdir, say)
     label_gpu_workers(sdir, node_names(name)[1:])
     cluster.ensure_objects(sdir)
