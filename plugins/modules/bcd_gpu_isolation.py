@@ -309,7 +309,8 @@ nodes:
       type: dict
       returned: when O(control_plane_nodes) or O(control_plane_error) is given
     node_files:
-      description: "Where the node files came from: C(over SSH from <host>), C(from <dir>), or C(not read)."
+      description: "Where the node files came from: C(over SSH from <host>), C(from <host> (connection <name>)) for a
+        C(gpu_nodes) host reached another way (C(local) reads on the controller), C(from <dir>), or C(not read)."
       type: str
     notes: {description: Advice; says so when node files were not read and the ClusterPolicy is the evidence., type: list, elements: str}
 cluster_findings:
@@ -505,6 +506,9 @@ def run_node(module) -> None:
     module.exit_json(changed=False, node=node, **gate)
 
 
+_SSH_CONNECTIONS = ("ssh", "paramiko", "paramiko_ssh")
+
+
 def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
     files: dict[str, dict] = {}
     for r in module.params["node_results"] or []:
@@ -517,7 +521,10 @@ def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
         if not name or r.get("skipped"):
             continue
         host = item.get("host") or name
-        source = f"over SSH from {host}"
+        # the connection the read really went through: a gpu_nodes host under a local connection
+        # (an inventory's group_vars) was read on the controller, not over SSH
+        conn = str(item.get("connection") or "ssh")
+        source = f"over SSH from {host}" if conn.rsplit(".", 1)[-1] in _SSH_CONNECTIONS else f"from {host} (connection {conn})"
         if node and "verdict" in node:
             files[name] = {"source": source, "result": node}
         else:

@@ -277,9 +277,10 @@ def test_node_files_from_gpu_nodes_hosts_and_collected_roots(tmp_path, gpu_names
     run, data = doctor(tmp_path, "-e", json.dumps({"bcd_node_roots": {n3: str(collected)}}), inventories=(inv,))
     assert run.returncode != 0
     by = {n["name"]: n for n in data["nodes"]}
-    assert by[n1]["verdict"] == "exposed" and by[n1]["node_files"] == f"over SSH from {n1}"
+    # the folders are read under the sandbox inventory's local connection, and the report says so
+    assert by[n1]["verdict"] == "exposed" and by[n1]["node_files"] == f"from {n1} (connection local)"
     assert by[n1]["findings"][0]["where"] == "/etc/nvidia-container-runtime/config.toml"
-    assert by[n2]["verdict"] == "isolated" and by[n2]["node_files"] == f"over SSH from {n2}"
+    assert by[n2]["verdict"] == "isolated" and by[n2]["node_files"] == f"from {n2} (connection local)"
     assert by[n3]["verdict"] == "exposed" and by[n3]["node_files"] == f"from {collected}"
     # a gpu_nodes host that is not one of the cluster's selected Nodes is reported, not checked
     assert data["unmatched_node_files"] == ["gpu-node-99"]
@@ -319,7 +320,7 @@ def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     run = run_playbook("gpu-stack.yml", *args)
     assert run.returncode == 0, run.stdout[-4000:]
     for name in roots:
-        assert f"{name}  isolated      ready      over SSH from {name}" in run.stdout
+        assert f"{name}  isolated      ready      from {name} (connection local)" in run.stdout
     assert recap(run_playbook("gpu-stack.yml", *args).stdout)["sandbox"]["changed"] == 0
 
     # without node access, packages mode cannot prove anything
