@@ -784,7 +784,7 @@ def main() -> None:
                         holder_identity(module.params["run"]), check_mode=module.check_mode, warn=module.warn)
         if taken.pop("failed", False):
             module.fail_json(**taken)
-        rollout.lock_result = taken
+        rollout.lock_result = {k: taken.get(k) for k in ("holder", "took_over", "waited")}
     try:
         if module.params["state"] == "status":
             rollout.status()
@@ -793,6 +793,11 @@ def main() -> None:
     except (KubeError, ControlPlaneError) as exc:
         module.fail_json(msg=f"bcd_rollout {module.params['state']}: {exc}",
                          **({"lock_held": True, **rollout.lock_result} if rollout.lock_result else {}))
+    except Exception as exc:  # with the lock held, say so, so that the caller releases it
+        if not rollout.lock_result:
+            raise
+        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {type(exc).__name__}: {exc}", lock_held=True,
+                         **rollout.lock_result)
 
 
 if __name__ == "__main__":
