@@ -53,7 +53,9 @@ options:
     description: This run's id; tokens of other runs of O(cluster) are leftovers. See O(cluster).
     type: str
   cluster_policies:
-    description: Also read the GPU operator's ClusterPolicies (RV(cluster_policies)).
+    description:
+      - Also read the GPU operator's ClusterPolicies (RV(cluster_policies)), when C(bcd_nvidia_toolkit)
+        is C(gpu-operator); other clusters have none to configure.
     type: bool
     default: false
 extends_documentation_fragment:
@@ -168,10 +170,10 @@ leftovers:
       elements: dict
 cluster_policies:
   description:
-    - With O(cluster_policies), the ClusterPolicies (C(nvidia.com/v1)) without C(metadata.managedFields);
+    - With O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator), the ClusterPolicies (C(nvidia.com/v1)) without C(metadata.managedFields);
       empty when the cluster has none or no such kind. Null when they could not be read (the
       gpu_stack role then reads them itself and fails there, naming the reason).
-  returned: success
+  returned: O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator)
   type: list
   elements: dict
 requests:
@@ -263,6 +265,8 @@ def main() -> None:
     # Each request gets its own client (made here, so a bad kubeconfig or CA file fails before
     # any thread starts): neither client counts its requests under a lock.
     cps = [control_plane(module, inv) for _ in range(4 if p["cluster"] else 3)]
+    # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
+    p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
     kubes = [kube(module, inv) for _ in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]))]
     free_cps, free_kubes = list(cps), list(kubes)
     calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
