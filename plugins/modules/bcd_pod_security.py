@@ -65,7 +65,6 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight impor
     Refusal,
     judge_pod_security,
     list_namespaces,
-    open_namespaces,  # noqa: F401 - the rule, importable from this module (its unit tests)
 )
 
 

@@ -264,10 +264,10 @@ def main() -> None:
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
     # Each request gets its own client (made here, so a bad kubeconfig or CA file fails before
     # any thread starts): neither client counts its requests under a lock.
-    cps = [control_plane(module, inv) for _ in range(4 if p["cluster"] else 3)]
+    cps = [control_plane(module, inv) for _client in range(4 if p["cluster"] else 3)]
     # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
     p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
-    kubes = [kube(module, inv) for _ in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]))]
+    kubes = [kube(module, inv) for _client in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]))]
     free_cps, free_kubes = list(cps), list(kubes)
     calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
     k_nodes, k_ns = free_kubes.pop(), free_kubes.pop()
