@@ -106,23 +106,17 @@ known:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
-    NODE_STATES_REPORTING,
-    ControlPlaneError,
-    trust_forecast,
-)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
     control_plane,
     inventory,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_pins import (
-    PinError,
-    Unreachable,
-    check_serving_ca,
-    load_jwk,
-    pin_of_jwk,
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import (
+    Refusal,
+    control_plane_calls,
+    gather,
+    judge_control_plane,
 )
 
 
@@ -133,83 +127,22 @@ def main() -> None:
         supports_check_mode=True,
     )
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
-    cp = control_plane(module, inv)
+    # one client per request: the requests run in parallel (module_utils/bcd_preflight.py)
+    clients = [control_plane(module, inv)]
+
+    def new_client():
+        clients.append(control_plane(module, inv))
+        return clients[-1]
+
+    wanted = set(module.params["nodes"] or [])
+    out = gather(control_plane_calls(new_client, inv, module.params["gateway_timeout"], nodes=bool(wanted)))
     try:
-        disc = cp.discovery()
-    except ControlPlaneError as exc:
-        module.fail_json(msg=f"preflight: {exc}")
-    gateway = disc.get("gateway") or {}
-    problems = []
-    try:
-        jwk = load_jwk(disc.get("joinKey"))
-        pin = pin_of_jwk(jwk)
-    except PinError as exc:
-        module.fail_json(msg=f"preflight: the control plane's join key {exc}; refusing it before any token is minted")
-    if pin != inv.bcd_pins.join_encryption:
-        problems.append(f"bcd_pins.join_encryption: the control plane's join key has pin {pin}, not the pinned "
-                        f"{inv.bcd_pins.join_encryption}; refusing it before any token is minted")
-    if gateway.get("url") and gateway["url"].rstrip("/") != inv.bcd_gateway_url.rstrip("/"):
-        problems.append(f"bcd_gateway_url: the control plane's gateway is {gateway['url']}, not {inv.bcd_gateway_url}")
-    if disc.get("site") and disc["site"] != inv.bcd_site_id:
-        problems.append(f"bcd_site_id: the control plane's site is {disc['site']}, not {inv.bcd_site_id}")
-    checked, unchecked = ["join_encryption"], []
-    signing = disc.get("joinSigningKey")
-    if signing is None:
-        unchecked.append("bcd_pins.join_signing could not be checked: the control plane's discovery document "
-                         "publishes no joinSigningKey")
-    else:
-        try:
-            signing_pin = pin_of_jwk(signing)
-        except PinError as exc:
-            module.fail_json(msg=f"preflight: the control plane's join signing key {exc}; refusing it before any "
-                                 "token is minted")
-        if signing_pin != inv.bcd_pins.join_signing:
-            problems.append(f"bcd_pins.join_signing: the control plane's join signing key has pin {signing_pin}, not "
-                            f"the pinned {inv.bcd_pins.join_signing}; refusing it before any token is minted")
-        checked.append("join_signing")
-    try:
-        check_serving_ca(inv.bcd_gateway_url, inv.bcd_gateway_server_name, inv.bcd_pins.serving_ca,
-                         timeout=module.params["gateway_timeout"])
-        checked.append("serving_ca")
-    except PinError as exc:
-        problems.append(f"bcd_pins.serving_ca: {inv.bcd_pins.serving_ca}: {exc}; refusing it before any token is minted")
-    except Unreachable as exc:
-        unchecked.append(f"bcd_pins.serving_ca could not be checked: the gateway {inv.bcd_gateway_url} is not reachable "
-                         f"from here ({exc}); nodes may reach networks this controller cannot, so going on")
-    if problems:
-        module.fail_json(msg="\n".join(problems), errors=problems)
-    try:
-        pool = cp.get_pool(inv.bcd_tenant, inv.bcd_pool)
-        wanted = set(module.params["nodes"] or [])
-        known = {}
-        if wanted:
-            for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
-                name = node.get("hostname")
-                if name in wanted:
-                    known[name] = {k: node.get(k) for k in ("id", "state", "trust", "joinedAt", "conditions")}
-    except ControlPlaneError as exc:
-        module.fail_json(msg=f"preflight: {exc}")
-    trust = trust_forecast(pool)
-    warnings = []
-    if trust == "tenant-controlled":
-        warnings.append(
-            f"pool {inv.bcd_pool}: nodes joined with a hosted token will land tenant-controlled and add no capacity "
-            "(placement excludes them; seed: Trust). Set the pool's policy.kubernetes.platformOperated to true only if "
-            "the platform itself operates this cluster."
-        )
-    for warning in warnings + unchecked:
+        result = judge_control_plane(out, inv, wanted)
+    except Refusal as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    for warning in result["warnings_text"]:
         module.warn(warning)  # a real Ansible warning: [WARNING] on the console, counted by AWX
-    module.exit_json(
-        changed=False,
-        discovery={"gateway_url": gateway.get("url"), "gateway_name": gateway.get("name"), "site": disc.get("site"), "join_key_pin": pin},
-        pool=pool,
-        trust=trust,
-        warnings_text=warnings + unchecked,
-        pins_checked=checked,
-        known=known,
-        reporting={n: v for n, v in known.items() if v.get("state") in NODE_STATES_REPORTING},
-        cp_requests=cp.requests,
-    )
+    module.exit_json(changed=False, cp_requests=sum(c.requests for c in clients), **result)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,6 @@ secret_deleted:
 
 import base64
 import json
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
@@ -137,13 +136,15 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     write_new_file,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import (
+    bad_name,
+    description,
+    find_tokens,
+    ours,
+    secret_path,
+)
 
-DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
 TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name
-
-
-def description(cluster: str, run: str, playbook: str) -> str:
-    return f"bcd-ansible cluster={cluster} run={run} playbook={playbook}"[:256]
 
 
 def secret_manifest(inv, token: str, answer: dict) -> dict:
@@ -161,15 +162,6 @@ def secret_manifest(inv, token: str, answer: dict) -> dict:
         "type": "Opaque",
         "data": {s.key: base64.b64encode(token.encode("utf-8")).decode("ascii")},
     }
-
-
-def secret_path(inv) -> str:
-    return path("secrets", inv.bcd_join_token_secret.name, inv.bcd_namespace)
-
-
-def ours(secret: dict | None) -> bool:
-    labels = ((secret or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get("app.kubernetes.io/managed-by") == FIELD_MANAGER
 
 
 def write_secret(kube: Kube, inv, manifest: dict) -> None:
@@ -258,12 +250,7 @@ def absent(module, inv, cp, core) -> None:
     where = {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
     revoked, failures, found = [], [], []
     try:
-        for tok in cp.list_tokens(inv.bcd_tenant, inv.bcd_pool):
-            m = DESCRIPTION_RE.match(tok.get("description") or "")
-            if not m or m["cluster"] != p["cluster"] or tok.get("revokedAt"):
-                continue
-            if (p["scope"] == "run") == (m["run"] == p["run"]):
-                found.append(tok)
+        found = find_tokens(cp, inv, p["cluster"], p["run"], p["scope"])
     except ControlPlaneError as exc:
         failures.append(f"listing tokens: {exc}")
     for tok in found:
@@ -315,8 +302,9 @@ def main() -> None:
     )
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
     for opt in ("cluster", "run"):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}", module.params[opt]):
-            module.fail_json(msg=f"{opt}: {module.params[opt]!r} must be 1 to 63 letters, digits, '_', '.', ':' and '-'")
+        error = bad_name(opt, module.params[opt])
+        if error:
+            module.fail_json(msg=error)
     cp = control_plane(module, inv)
     core = kube(module, inv)
     try:

@@ -127,70 +127,10 @@ until:
   type: str
 """
 
-import datetime as dt
-import getpass
-import os
-import re
-import socket
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import acquire, holder_identity, release
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import inventory
-
-HOLDER_RE = re.compile(r"^(?P<user>[^@\s]*)@(?P<host>\S+) pid=(?P<pid>\d+) run=(?P<run>\S+)$")
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _micro(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _utc(t: dt.datetime | None) -> str:
-    """One format for every time a message shows: 2026-01-31T12:00:00Z (UTC, whole seconds)."""
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if t else "?"
-
-
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _playbook_pid() -> int:
-    """The pid of the ansible-playbook process this module runs under (the topmost ancestor
-    whose command line runs ansible-playbook), else our parent's."""
-    pid, found = os.getppid(), None
-    for _step in range(16):
-        try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            stat = open(f"/proc/{pid}/stat").read()
-        except OSError:
-            break
-        if any(b"ansible-playbook" in part for part in cmdline[:2]):
-            found = pid
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-        if pid <= 1:
-            break
-    return found or os.getppid()
-
-
-def _alive_here(holder: str) -> bool | None:
-    """True/False when the holder was a process on this host (alive or not); None when unknown."""
-    m = HOLDER_RE.match(holder or "")
-    if not m or m["host"] != socket.gethostname():
-        return None
-    try:
-        cmdline = open(f"/proc/{m['pid']}/cmdline", "rb").read()
-    except OSError:
-        return False
-    return b"ansible-playbook" in cmdline
 
 
 def main() -> None:
@@ -222,92 +162,19 @@ def main() -> None:
         p["kubeconfig"] = p["kubeconfig"] or inv.bcd_kubeconfig
         p["context"] = p["context"] or inv.bcd_kube_context
     p["ttl"] = p["ttl"] or 1800
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    me = f"{user}@{socket.gethostname()} pid={_playbook_pid()} run={p['run']}"
+    me = holder_identity(p["run"])
     try:
         kube = Kube(api_client(p["kubeconfig"], p["context"]))
     except KubeError as exc:
         module.fail_json(msg=str(exc))
-    where = f"Lease {p['namespace']}/{p['name']}"
-    lease_path = path("leases", p["name"], p["namespace"])
-
-    def read():
-        try:
-            return kube.get(lease_path)
-        except KubeError as exc:
-            module.fail_json(msg=f"reading {where}: {exc}")
-
-    def body(resource_version=None, transitions=0):
-        now = _micro(_now())
-        meta = {"name": p["name"], "namespace": p["namespace"], "labels": {"app.kubernetes.io/managed-by": "bcd-ansible"}}
-        if resource_version:
-            meta["resourceVersion"] = resource_version
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-                "spec": {"holderIdentity": me, "leaseDurationSeconds": p["ttl"], "acquireTime": now, "renewTime": now,
-                         "leaseTransitions": transitions}}
-
     if p["state"] == "absent":
-        lease = read()
-        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
-        if lease is None or holder != me or module.check_mode:
-            module.exit_json(changed=False, holder=holder)
-        try:
-            kube.delete(lease_path, {"apiVersion": "v1", "kind": "DeleteOptions",
-                                     "preconditions": {"resourceVersion": lease["metadata"]["resourceVersion"]}})
-        except KubeError as exc:
-            if exc.status != 409:
-                module.fail_json(msg=f"releasing {where}: {exc}")
-        module.exit_json(changed=False, holder=None)
-
-    run_started = time.monotonic()
-    started = run_started - max(0.0, p["elapsed"])  # the wait began in an earlier run of the action plugin
-    while True:
-        lease = read()
-        if lease is None:
-            if module.check_mode:
-                module.exit_json(changed=False, holder=None, took_over=None, waited=0.0)
-            try:
-                kube.create(path("leases", namespace=p["namespace"]), body())
-                module.exit_json(changed=False, holder=me, took_over=None, waited=round(time.monotonic() - started, 1))
-            except KubeError as exc:
-                if exc.status == 404:
-                    module.fail_json(msg=f"taking {where}: namespace {p['namespace']} does not exist")
-                if exc.status != 409:
-                    module.fail_json(msg=f"taking {where}: {exc}")
-                continue
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
-        renew = _parse(spec.get("renewTime") or spec.get("acquireTime"))
-        expires = renew + dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 0) if renew else None
-        expired = expires is None or expires < _now()
-        dead = _alive_here(holder) is False
-        if holder == me or not holder or expired or dead:
-            if module.check_mode:
-                module.exit_json(changed=False, holder=holder, took_over=None if holder in (me, "") else holder, waited=0.0)
-            try:
-                kube.replace(lease_path, body(lease["metadata"]["resourceVersion"], (spec.get("leaseTransitions") or 0) + (holder != me)))
-            except KubeError as exc:
-                if exc.status == 409:
-                    continue  # someone else took it first: look again
-                module.fail_json(msg=f"taking {where}: {exc}")
-            took = None if holder in (me, "") else holder
-            if took:
-                module.warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
-            module.exit_json(changed=False, holder=me, took_over=took, waited=round(time.monotonic() - started, 1))
-        since = _parse(spec.get("acquireTime"))
-        if time.monotonic() - started >= p["wait"]:
-            module.fail_json(msg=f"locked by {holder} (since {_utc(since)}, until {_utc(expires)}); "
-                                 f"another bcd-ansible run works on this cluster ({where}). Try again when it ends.",
-                             holder=holder)
-        left_in_run = None if p["poll_for"] is None else p["poll_for"] - (time.monotonic() - run_started)
-        if left_in_run is not None and left_in_run <= 0:
-            module.exit_json(changed=False, waiting=True, holder=holder, lease=where, since=_utc(since), until=_utc(expires),
-                             took_over=None, waited=round(time.monotonic() - started, 1))
-        pause = min(5.0, max(0.5, p["wait"] - (time.monotonic() - started)))
-        time.sleep(pause if left_in_run is None else max(0.1, min(pause, left_in_run)))
+        result = release(kube, p["namespace"], p["name"], me, module.check_mode)
+    else:
+        result = acquire(kube, p["namespace"], p["name"], p["ttl"], me, wait=p["wait"], poll_for=p["poll_for"],
+                         elapsed=p["elapsed"], check_mode=module.check_mode, warn=module.warn)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

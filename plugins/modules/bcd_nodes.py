@@ -177,7 +177,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     kube,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError, value
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import node_rows, short_of_requests
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pods_by_node
 
 
@@ -257,28 +257,6 @@ def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None =
     return out
 
 
-def short_of_requests(inv, nodes: dict[str, dict]) -> list[str]:
-    """One line per selected Node whose allocatable CPU or memory is below bcd's requests
-    (``bcd_resources.requests``): the scheduler cannot place bcd's pod there."""
-    out = []
-    for name in sorted(nodes):
-        allocatable = (nodes[name].get("status") or {}).get("allocatable") or {}
-        short = []
-        for res in ("cpu", "memory"):
-            want, have = inv.bcd_resources.requests.get(res), allocatable.get(res)
-            if want is None or have is None:
-                continue
-            try:
-                if value(str(have)) < value(want):
-                    short.append(f"allocatable {res} {have} < request {want}")
-            except QuantityError:
-                continue
-        if short:
-            out.append(f"Node {name}: {', '.join(short)}: bcd's pod cannot be scheduled there (lower bcd_resources.requests, "
-                       "or free the Node's resources)")
-    return out
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -309,7 +287,6 @@ def main() -> None:
     if not (module.params["wait"] or module.params["diagnose"] or module.params["poll_for"]):
         for line in short_of_requests(inv, k8s_nodes):
             module.warn(line)
-    labels = {name: (n["metadata"].get("labels") or {}) for name, n in k8s_nodes.items()}
     wanted = set(names)
     started = time.monotonic()
     first = None
@@ -341,17 +318,7 @@ def main() -> None:
                 or (have != first and elapsed >= module.params["progress_every"])):
             break
         time.sleep(interval)
-    out = []
-    for name in names:
-        n = known.get(name) or {}
-        out.append({
-            "name": name,
-            "id": n.get("id") or labels[name].get("bcd.dev/node-id"),
-            "state": n.get("state"),
-            "trust": n.get("trust"),
-            "reporting": n.get("state") in NODE_STATES_REPORTING,
-            "conditions": n.get("conditions") or [],
-        })
+    out = node_rows(k8s_nodes, known)
     missing = [o["name"] for o in out if not o["reporting"]]
     if module.params["diagnose"]:
         # a node that still reports, though the join of its current pod was refused: it goes

@@ -53,7 +53,7 @@ namespaces:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -61,21 +61,11 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     kube,
 )
-
-ENFORCE = "pod-security.kubernetes.io/enforce"
-
-
-def open_namespaces(namespaces: list[dict], allowed: set[str]) -> list[str]:
-    """Names of the namespaces not in ``allowed`` that do not enforce baseline or restricted."""
-    out = []
-    for ns in namespaces:
-        meta = ns.get("metadata") or {}
-        name = meta.get("name")
-        if name in allowed:
-            continue
-        if (meta.get("labels") or {}).get(ENFORCE, "privileged") == "privileged":
-            out.append(name)
-    return sorted(out)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import (
+    Refusal,
+    judge_pod_security,
+    list_namespaces,
+)
 
 
 def main() -> None:
@@ -86,25 +76,16 @@ def main() -> None:
     inv = inventory(module)
     k = kube(module, inv)
     try:
-        namespaces = k.list(path("namespaces"), keep=lambda ns: {"metadata": {
-            "name": (ns.get("metadata") or {}).get("name"), "labels": (ns.get("metadata") or {}).get("labels")}})
+        namespaces = list_namespaces(k)
     except KubeError as exc:
         module.fail_json(msg=f"Pod Security: cannot list the namespaces: {exc}")
-    found = open_namespaces(namespaces, {inv.bcd_namespace, *inv.bcd_privileged_namespaces})
-    names = sorted((ns.get("metadata") or {}).get("name") for ns in namespaces)
-    if found and inv.bcd_require_pod_security:
-        module.fail_json(
-            msg=f"bcd_require_pod_security: namespaces {', '.join(found)} let pods mount host paths (no {ENFORCE} "
-                "label or enforce=privileged); label them baseline or restricted, or list them in "
-                "bcd_privileged_namespaces. Nothing was changed and no token minted.",
-            open_namespaces=found, namespaces=names)
-    if found:
-        module.warn(
-            f"Pod Security lets pods in {', '.join(found)} run privileged or mount host paths (no {ENFORCE} label, "
-            "or enforce=privileged; a cluster-wide default set in the API server's admission configuration is not "
-            "visible here). Any such pod can read /var/lib/bcd and act as the node: label workload namespaces "
-            "baseline or restricted (seed: Host paths and Pod Security).")
-    module.exit_json(changed=False, open_namespaces=found, namespaces=names)
+    try:
+        result = judge_pod_security(namespaces, inv)
+    except Refusal as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    if result["warning"]:
+        module.warn(result["warning"])
+    module.exit_json(changed=False, open_namespaces=result["open_namespaces"], namespaces=result["namespaces"])
 
 
 if __name__ == "__main__":

@@ -81,6 +81,17 @@ options:
   lock:
     description: The lock Lease's name in C(bcd_namespace), renewed while rolling; none renews nothing.
     type: str
+  take_lock:
+    description:
+      - With C(state=status), first take the cluster's lock as M(bcd.kubernetes.bcd_lock) with C(wait=0)
+        takes it (the Lease C(<bcd_name>-ansible-lock) in C(bcd_namespace), for C(bcd_lock_ttl)
+        seconds, holder O(run)), then read the fleet under it, in the same module run. A lock another
+        live run holds fails the module at once with M(bcd.kubernetes.bcd_lock)'s message and
+        C(holder); nothing is read. A failed read once the lock is held fails with C(lock_held) true
+        (the caller releases the lock with M(bcd.kubernetes.bcd_lock) C(state=absent)).
+      - The result then also holds M(bcd.kubernetes.bcd_lock)'s C(holder), C(took_over) and C(waited).
+    type: bool
+    default: false
   cluster:
     description: The cluster's name in the summary (C(bcd_cluster_name) or the inventory host).
     type: str
@@ -182,6 +193,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     slim_node,
     slim_pod,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import acquire, holder_identity
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -259,6 +271,7 @@ class Rollout:
         self.changed = False
         self.notes: list[str] = []
         self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
+        self.lock_result: dict = {}  # with take_lock: bcd_lock's result, returned with the status
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -386,7 +399,7 @@ class Rollout:
         summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
                                unhealthy=unhealthy, incomplete=incomplete)
         self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
-                         plan=stages, healthy=healthy, revision=revision, image=current, selected=len(nodes))
+                         plan=stages, healthy=healthy, revision=revision, image=current, selected=len(nodes), **self.lock_result)
 
     def summary(self, result, headline, from_image, stages, rows, **extra) -> dict:
         return {
@@ -755,7 +768,9 @@ def main() -> None:
             "cluster": {"type": "str"},
             "started_at": {"type": "str"},
             "interval": {"type": "float", "default": 2},
+            "take_lock": {"type": "bool", "default": False},
         },
+        required_if=[("take_lock", True, ("run",))],
         supports_check_mode=True,
     )
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
@@ -763,13 +778,26 @@ def main() -> None:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing rolled", summary={}, table=[], plan=[])
     cp = control_plane(module, inv)
     rollout = Rollout(module, inv, kube(module, inv), cp)
+    if module.params["take_lock"] and module.params["state"] == "status":
+        # the lock first, the read after it: what is read is what no other run changes meanwhile
+        taken = acquire(rollout.kube, inv.bcd_namespace, f"{inv.bcd_name}-ansible-lock", int(inv.bcd_lock_ttl),
+                        holder_identity(module.params["run"]), check_mode=module.check_mode, warn=module.warn)
+        if taken.pop("failed", False):
+            module.fail_json(**taken)
+        rollout.lock_result = {k: taken.get(k) for k in ("holder", "took_over", "waited")}
     try:
         if module.params["state"] == "status":
             rollout.status()
         else:
             rollout.run()
     except (KubeError, ControlPlaneError) as exc:
-        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {exc}")
+        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {exc}",
+                         **({"lock_held": True, **rollout.lock_result} if rollout.lock_result else {}))
+    except Exception as exc:  # with the lock held, say so, so that the caller releases it
+        if not rollout.lock_result:
+            raise
+        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {type(exc).__name__}: {exc}", lock_held=True,
+                         **rollout.lock_result)
 
 
 if __name__ == "__main__":

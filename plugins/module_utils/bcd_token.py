@@ -1,0 +1,92 @@
+"""Join tokens and their Secret as bcd-ansible names them: which tokens a run minted (by the
+description it gives them), where the Secret is, whether bcd-ansible made it, and what an
+interrupted earlier run left behind.
+
+Used by module bcd_join_token (mint, revoke) and by module bcd_preflight (the read-only look for
+an earlier run's leftovers). A token value is never read here: tokens are listed by id and
+description only, and the Secret's data is not looked at.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
+
+DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
+# what the options cluster and run of bcd_join_token (and bcd_preflight) accept
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
+
+
+def description(cluster: str, run: str, playbook: str) -> str:
+    return f"bcd-ansible cluster={cluster} run={run} playbook={playbook}"[:256]
+
+
+def bad_name(option: str, value: str) -> str | None:
+    """The error for an option ``cluster`` or ``run`` that is not a valid name, or None."""
+    if NAME_RE.fullmatch(value or ""):
+        return None
+    return f"{option}: {value!r} must be 1 to 63 letters, digits, '_', '.', ':' and '-'"
+
+
+def secret_path(inv) -> str:
+    return path("secrets", inv.bcd_join_token_secret.name, inv.bcd_namespace)
+
+
+def secret_where(inv) -> dict:
+    """Where the token is: ``{namespace, name, key}``."""
+    return {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
+
+
+def ours(secret: dict | None) -> bool:
+    labels = ((secret or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/managed-by") == FIELD_MANAGER
+
+
+def find_tokens(cp, inv, cluster: str, run: str, scope: str) -> list[dict]:
+    """The live (unrevoked) tokens of ``cluster`` that bcd-ansible minted: this run's
+    (``scope`` ``run``) or every other run's (``scope`` ``stale``). Raises ControlPlaneError."""
+    found = []
+    for tok in cp.list_tokens(inv.bcd_tenant, inv.bcd_pool):
+        m = DESCRIPTION_RE.match(tok.get("description") or "")
+        if not m or m["cluster"] != cluster or tok.get("revokedAt"):
+            continue
+        if (scope == "run") == (m["run"] == run):
+            found.append(tok)
+    return found
+
+
+def leftovers(cp, core, inv, cluster: str, run: str) -> dict:
+    """What an interrupted earlier run on ``cluster`` left behind, read only: the shape
+    ``bcd_join_token state=absent scope=stale`` returns in check mode (``revoked``: ids of the
+    live tokens other runs minted; ``secret_deleted``: whether the join-token Secret bcd-ansible
+    made is there; ``stale``; ``note``, a warning for a Secret of that name bcd-ansible did not
+    make), with ``failed`` and ``msg`` when it could not find out. Never raises."""
+    where = secret_where(inv)
+    for option, value in (("cluster", cluster), ("run", run)):
+        error = bad_name(option, value)
+        if error:
+            return {"failed": True, "msg": error, "revoked": [], "secret_deleted": False, "secret": where, "stale": []}
+    failures, found = [], []
+    try:
+        found = find_tokens(cp, inv, cluster, run, "stale")
+    except ControlPlaneError as exc:
+        failures.append(f"listing tokens: {exc}")
+    secret_there, note = False, None
+    try:
+        secret = core.get(secret_path(inv))
+        if secret is not None:
+            if ours(secret):
+                secret_there = True
+            else:
+                note = f"Secret {where['namespace']}/{where['name']} was not made by bcd-ansible; left in place"
+    except KubeError as exc:
+        failures.append(str(exc))
+    out = {"failed": bool(failures), "revoked": [t["id"] for t in found], "secret_deleted": secret_there, "secret": where,
+           "stale": [{"id": t["id"], "description": t.get("description"), "createdAt": t.get("createdAt")} for t in found],
+           "note": note}
+    if failures:
+        out["msg"] = "cleaning up the join token failed: " + "; ".join(failures)
+    return out

@@ -1,0 +1,337 @@
+#!/usr/bin/python
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module bcd_preflight: every read-only check before an adoption, in one module run."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bcd_preflight
+short_description: Check the control plane, the selected Nodes, Pod Security and leftovers in one run
+version_added: 1.1.0
+description:
+  - Makes, in one module run and with its independent requests in parallel (one client per
+    request), the read-only checks that modules M(bcd.kubernetes.bcd_control_plane),
+    M(bcd.kubernetes.bcd_nodes) and M(bcd.kubernetes.bcd_pod_security) and a check-mode
+    M(bcd.kubernetes.bcd_join_token) (O(cluster), O(run)) make one at a time; each part returns
+    what that module returns, and refuses with the same message.
+  - The control plane (RV(control_plane)) - the discovery document (C(/.well-known/better-compute)),
+    its join key against C(bcd_pins.join_encryption), its join signing key against
+    C(bcd_pins.join_signing) when published, the gateway's CA against C(bcd_pins.serving_ca)
+    (a TLS connection to C(bcd_gateway_url)), the gateway URL and site against the inventory's;
+    the pool (C(pools.get)) and the trust its nodes will land with (seed 000, Render the manifests
+    and the join token; Trust).
+  - The Nodes C(bcd_node_selector) selects and which of them report to the control plane
+    (RV(nodes); C(nodes.list), every page, matched by hostname = Node name); warns about each
+    Node whose allocatable CPU or memory is below C(bcd_resources.requests).
+  - The namespaces' Pod Security labels (RV(pod_security); seed 000, Host paths and Pod Security).
+  - With O(cluster) and O(run), the join tokens and the join-token Secret an interrupted earlier
+    run on this cluster left behind (RV(leftovers)), read only. Not finding out is not a failure
+    here (see RV(leftovers.failed) and RV(leftovers.msg)); the clean-up under the lock looks again.
+  - With O(cluster_policies), the GPU operator's ClusterPolicies (C(nvidia.com/v1)), for the
+    gpu_stack role, which then does not read them again.
+  - Fails, in this order, as the separate modules did, with their messages - the control plane (a pin, the gateway
+    URL or the site contradicted; discovery or the pool unreadable), the selected Nodes or the
+    pool's nodes unreadable, then, only when the selector selects at least one Node (a selector
+    that selects none is refused by the caller first), C(bcd_require_pod_security) with an
+    open namespace, or the namespaces unreadable.
+  - Changes nothing. Control-plane calls retry as every bcd module's do, within
+    C(bcd_control_plane_timeout); the action plugin prints the retries as they happen.
+options:
+  gateway_timeout:
+    description: Seconds to wait for the gateway's TLS handshake (the C(serving_ca) check).
+    type: float
+    default: 5
+  cluster:
+    description:
+      - The cluster's name in the token descriptions bcd-ansible writes (C(bcd_cluster_name), else the
+        inventory host). With O(run), look for what an interrupted earlier run left behind.
+      - 1 to 63 letters, digits, C(_), C(.), C(:) and C(-); another value is reported in RV(leftovers.msg).
+    type: str
+  run:
+    description: This run's id; tokens of other runs of O(cluster) are leftovers. See O(cluster).
+    type: str
+  cluster_policies:
+    description:
+      - Also read the GPU operator's ClusterPolicies (RV(cluster_policies)), when C(bcd_nvidia_toolkit)
+        is C(gpu-operator); other clusters have none to configure.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.control_plane
+  - bcd.kubernetes.bcd.cluster
+  - ansible.builtin.action_common_attributes
+  - bcd.kubernetes.attributes
+author:
+  - bcd-ansible developers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Preflight - the control plane, the selected Nodes, Pod Security, leftovers
+  bcd.kubernetes.bcd_preflight:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
+    api_key: "{{ bcd_api_key | default(omit) }}"
+    cluster: "{{ bcd_cluster_name | default(inventory_hostname) }}"
+    run: "{{ adopt_run }}"
+    cluster_policies: true
+  register: preflight
+
+- name: Refuse a selector that selects no Node
+  ansible.builtin.assert:
+    that: preflight.nodes.selected > 0
+"""
+
+RETURN = r"""
+control_plane:
+  description: What M(bcd.kubernetes.bcd_control_plane) returns (without O(bcd.kubernetes.bcd_control_plane#module:nodes)).
+  returned: success
+  type: dict
+  contains:
+    discovery:
+      description: The gateway URL and TLS server name, the site and the join key's pin (no trust is taken from it).
+      type: dict
+      sample: {gateway_url: "https://gw.example:8443", gateway_name: gw.example, site: site-1, join_key_pin: "sha256/..."}
+    pool:
+      description: The pool (C(pools.get)).
+      type: dict
+    trust:
+      description: The trust hosted-token nodes will land with (platform, tenant-controlled or tenant-owned).
+      type: str
+    warnings_text:
+      description: The warnings issued (tenant-controlled nodes add no capacity; a pin that could not be checked).
+      type: list
+      elements: str
+    pins_checked:
+      description: The pins checked (C(join_encryption), C(join_signing), C(serving_ca)).
+      type: list
+      elements: str
+nodes:
+  description: What M(bcd.kubernetes.bcd_nodes) returns without O(bcd.kubernetes.bcd_nodes#module:wait).
+  returned: success
+  type: dict
+  contains:
+    nodes:
+      description: One entry per selected Node, sorted by name - C(name), C(id), C(state), C(trust), C(reporting), C(conditions).
+      type: list
+      elements: dict
+    selected:
+      description: How many Nodes the selector selects.
+      type: int
+    reporting:
+      description: How many of them report (their bcd node is adopting, ready or draining).
+      type: int
+    missing:
+      description: The names of the selected Nodes that do not report.
+      type: list
+      elements: str
+    cluster:
+      description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
+      type: str
+pod_security:
+  description: What M(bcd.kubernetes.bcd_pod_security) returns.
+  returned: success
+  type: dict
+  contains:
+    open_namespaces:
+      description: The namespaces whose pods may mount host paths, sorted.
+      type: list
+      elements: str
+    namespaces:
+      description: The names of every namespace the cluster has, sorted.
+      type: list
+      elements: str
+leftovers:
+  description:
+    - With O(cluster) and O(run), what a check-mode M(bcd.kubernetes.bcd_join_token) with
+      C(state=absent), C(scope=stale) returns - what an interrupted earlier run left behind.
+      Never a token value.
+  returned: O(cluster) and O(run) given
+  type: dict
+  contains:
+    failed:
+      description: Whether it could not be found out (RV(leftovers.msg) says why).
+      type: bool
+    msg:
+      description: Why it could not be found out.
+      type: str
+      returned: when failed
+    revoked:
+      description: Ids of the live join tokens other runs of O(cluster) minted (the clean-up revokes them).
+      type: list
+      elements: str
+    secret_deleted:
+      description: Whether the join-token Secret bcd-ansible made is there (the clean-up deletes it).
+      type: bool
+    stale:
+      description: Those tokens - C(id), C(description), C(createdAt).
+      type: list
+      elements: dict
+cluster_policies:
+  description:
+    - With O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator), the ClusterPolicies (C(nvidia.com/v1)) without C(metadata.managedFields);
+      empty when the cluster has none or no such kind. Null when they could not be read (the
+      gpu_stack role then reads them itself and fails there, naming the reason).
+  returned: O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator)
+  type: list
+  elements: dict
+requests:
+  description: How many requests the run made - C(control_plane), C(kubernetes).
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
+    KubeError,
+    path,
+    selector,
+    slim_node,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    control_plane,
+    inventory,
+    kube,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import (
+    Refusal,
+    control_plane_calls,
+    gather,
+    judge_control_plane,
+    judge_pod_security,
+    list_namespaces,
+    node_rows,
+    short_of_requests,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import leftovers
+
+CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
+
+
+def slim_policy(policy: dict) -> dict:
+    """A ClusterPolicy without its managedFields (what k8s_info would return, minus the noise)."""
+    meta = {k: v for k, v in (policy.get("metadata") or {}).items() if k != "managedFields"}
+    return {**policy, "metadata": meta}
+
+
+def read_policies(k) -> list[dict] | None:
+    """The ClusterPolicies; [] when the kind does not exist (no GPU operator: 404)."""
+    try:
+        return [slim_policy(p) for p in k.list(CLUSTER_POLICIES)]
+    except KubeError as exc:
+        if exc.status == 404:
+            return []
+        raise
+
+
+def judge_nodes(out, inv) -> dict:
+    """The selected Nodes and which of them report: bcd_nodes' result. Raises Refusal."""
+    try:
+        k8s_nodes = {n["metadata"]["name"]: n for n in out.take("k8s_nodes")}
+    except KubeError as exc:
+        raise Refusal(f"listing the selected Nodes: {exc}") from None
+    try:
+        known = {n["hostname"]: n for n in out.take("cp_nodes") if n.get("hostname") in k8s_nodes}
+    except ControlPlaneError as exc:
+        raise Refusal(f"listing the pool's nodes: {exc}") from None
+    rows = node_rows(k8s_nodes, known)
+    missing = [r["name"] for r in rows if not r["reporting"]]
+    return {"nodes": rows, "selected": len(rows), "reporting": len(rows) - len(missing), "missing": missing,
+            "refused": {}, "polls": 1, "join_timeout": inv.bcd_join_timeout,
+            "warnings_text": short_of_requests(inv, k8s_nodes)}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,
+            **KUBE_OPTIONS,
+            "gateway_timeout": {"type": "float", "default": 5},
+            "cluster": {"type": "str"},
+            "run": {"type": "str"},
+            "cluster_policies": {"type": "bool", "default": False},
+        },
+        required_together=[("cluster", "run")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
+    # Each request gets its own client (made here, so a bad kubeconfig or CA file fails before
+    # any thread starts): neither client counts its requests under a lock.
+    cps = [control_plane(module, inv) for _client in range(4 if p["cluster"] else 3)]
+    # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
+    p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
+    kubes = [kube(module, inv) for _client in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]))]
+    free_cps, free_kubes = list(cps), list(kubes)
+    calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
+    k_nodes, k_ns = free_kubes.pop(), free_kubes.pop()
+    calls["k8s_nodes"] = lambda: k_nodes.list(path("nodes"), {"labelSelector": selector(inv.bcd_node_selector) or None},
+                                              keep=slim_node)
+    calls["namespaces"] = lambda: list_namespaces(k_ns)
+    if p["cluster"]:
+        cp_left, k_left = free_cps.pop(), free_kubes.pop()
+        calls["leftovers"] = lambda: leftovers(cp_left, k_left, inv, p["cluster"], p["run"])
+    if p["cluster_policies"]:
+        k_pol = free_kubes.pop()
+        calls["cluster_policies"] = lambda: read_policies(k_pol)
+    out = gather(calls)
+
+    def fail(exc: Refusal) -> None:
+        module.fail_json(msg=exc.msg, **exc.extra)
+
+    try:
+        cp_result = judge_control_plane(out, inv)
+    except Refusal as exc:
+        fail(exc)
+    try:
+        nodes = judge_nodes(out, inv)
+    except Refusal as exc:
+        fail(exc)
+    nodes["cluster"] = k_nodes.source
+    pod_security = None
+    if nodes["selected"]:
+        try:
+            namespaces = out.take("namespaces")
+        except KubeError as exc:
+            fail(Refusal(f"Pod Security: cannot list the namespaces: {exc}"))
+        try:
+            pod_security = judge_pod_security(namespaces, inv)
+        except Refusal as exc:
+            fail(exc)
+    # the warnings in the order the separate modules gave them
+    for warning in cp_result["warnings_text"] + nodes.pop("warnings_text") + [(pod_security or {}).get("warning")]:
+        if warning:
+            module.warn(warning)
+    result = {"changed": False, "control_plane": cp_result, "nodes": nodes}
+    if pod_security is not None:
+        result["pod_security"] = {"open_namespaces": pod_security["open_namespaces"], "namespaces": pod_security["namespaces"]}
+    else:
+        # no Node selected: the caller refuses that first; the namespaces are still returned when read
+        try:
+            names = sorted((ns.get("metadata") or {}).get("name") for ns in out.take("namespaces"))
+        except KubeError:
+            names = []
+        result["pod_security"] = {"open_namespaces": [], "namespaces": names}
+    if p["cluster"]:
+        found = out.take("leftovers")
+        note = found.pop("note", None)
+        if note:
+            module.warn(note)
+        result["leftovers"] = found
+    if p["cluster_policies"]:
+        try:
+            result["cluster_policies"] = out.take("cluster_policies")
+        except KubeError:
+            result["cluster_policies"] = None
+    result["requests"] = {"control_plane": sum(c.requests for c in cps), "kubernetes": sum(k.requests for k in kubes)}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
