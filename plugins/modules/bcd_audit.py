@@ -118,8 +118,8 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     label_selector,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import DESCRIPTION_RE
 
-DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>\S+)")
 # The ClusterPolicy field each isolation finding is about (where its field manager is looked up).
 POLICY_FIELDS = {"operator-device-plugin": ("spec", "devicePlugin", "enabled"), "operator-nri-plugin": ("spec", "cdi", "nriPluginEnabled"),
                  "operator-toolkit-env": ("spec", "toolkit", "env"), "operator-cdi": ("spec", "cdi", "enabled")}
