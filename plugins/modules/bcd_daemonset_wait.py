@@ -62,7 +62,7 @@ options:
   progress_every:
     description: Internal to the action plugin; see O(poll_for). Seconds.
     type: float
-    default: 10
+    default: 20
   watch_from:
     description:
       - For tests. The resourceVersion the first watch of the pods starts from, instead of their
@@ -209,7 +209,7 @@ def main() -> None:
             "timeout": {"type": "int"},
             "nodes": {"type": "int"},
             "interval": {"type": "float", "default": 1},
-            "progress_every": {"type": "float", "default": 10},
+            "progress_every": {"type": "float", "default": 20},
             "poll_for": {"type": "float"},
             "since": {"type": "str"},
             "elapsed": {"type": "float", "default": 0},

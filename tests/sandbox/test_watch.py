@@ -121,7 +121,7 @@ def _task_result(stdout: str, key: str) -> dict:
 @pytest.mark.long
 @pytest.mark.usefixtures("adopted")
 def test_the_rollout_gate_lists_the_pods_once_for_the_whole_run(sandbox):
-    run = run_playbook("rollout.yml", "-e", f"bcd_image={NEXT_IMAGE}", "-e", "bcd_rollout_max_unavailable=1",
+    run = run_playbook("rollout.yml", "-e", f"bcd_image={NEXT_IMAGE}", "-e", "bcd_rollout_max_unavailable=50%",
                        env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     result = _task_result(run.stdout, "watch")
