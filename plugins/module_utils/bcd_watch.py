@@ -191,7 +191,8 @@ class Follow:
             raise KubeError(f"watching {self.path}: the watch dropped: {exc}") from None
         finally:
             self._resp = None
-            resp.response.release_conn()
+            with contextlib.suppress(Exception):  # a connection shut down by stop()
+                resp.response.release_conn()
 
     def _event(self, event: dict) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
