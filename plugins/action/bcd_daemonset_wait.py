@@ -1,7 +1,10 @@
 """Action plugin bcd_daemonset_wait: run the module in slices, printing the rollout's progress.
 
-Each module run waits up to ``PROGRESS_EVERY`` seconds (the first reads once, so the first line
-says at once where the rollout stands) and returns early when the counts change; it fails by
+Each module run waits up to ``PROGRESS_EVERY`` seconds (the first ``FIRST_SLICE``, so the first
+line comes within 30 s however long a module run takes to start) following the DaemonSet and its
+pods by a watch, and returns early when the counts changed and at least the module's
+``progress_every`` (20 s) passed: each return costs a new module run (a Python start, about a
+second), so returning at every change would slow the wait; it fails by
 itself on a pod that cannot start and at the wait's limit. This plugin prints a line when the
 counts change and at least every ``PROGRESS_EVERY`` seconds, and hands each run the wait's start
 (``since``, ``elapsed``) so that the slices make one wait (plugin_utils/bcd_progress.py).
@@ -15,6 +18,8 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
     Step,
     poll_in_slices,
 )
+
+FIRST_SLICE = 20.0  # seconds
 
 
 class ActionModule(ActionBase):
@@ -44,4 +49,4 @@ class ActionModule(ActionBase):
                         state=(res["updated"], res["available"], res["desired"]), limit=int(res["timeout"]),
                         variable=source, extra={"since": res["since"]})
 
-        return poll_in_slices(execute, step, progress)
+        return poll_in_slices(execute, step, progress, first_slice=FIRST_SLICE)

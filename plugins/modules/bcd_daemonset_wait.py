@@ -13,9 +13,14 @@ short_description: Wait for bcd's DaemonSet to roll out, failing within seconds 
 description:
   - Waits as C(kubectl rollout status) does - the DaemonSet controller has seen the latest
     generation, and C(updatedNumberScheduled) and C(numberAvailable) reach
-    C(desiredNumberScheduled) - reading the DaemonSet every O(interval) seconds.
-  - While it waits it lists the DaemonSet's pods (label C(app.kubernetes.io/instance=<bcd_name>),
-    every O(pods_every) seconds) and fails at once, naming each Node, when a pod cannot start -
+    C(desiredNumberScheduled).
+  - It lists the DaemonSet and its pods (label C(app.kubernetes.io/instance=<bcd_name>)) once
+    per module run, then follows both with a watch from that list's C(resourceVersion)
+    (C(allowWatchBookmarks), C(timeoutSeconds) bounded by the time left), so it sees each change
+    when it happens and never lists the pods again to find one; it lists again only when the
+    server answers C(410 Gone) (the resourceVersion is too old) or the watch drops
+    (U(https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes)).
+  - While it waits it fails at once, naming each Node, when a pod cannot start -
     its C(bcd join) init container exited non-zero (the control plane refused the node, or the
     config is wrong; the termination message says why; seed 000, Apply), or the pod cannot turn
     Ready (failed, a container crash-looping 3 times, an invalid image). A refused join does not
@@ -27,7 +32,8 @@ description:
   - Fails at O(timeout) with the counts and each Node whose pod is not Ready and its state.
   - Through the action plugin of the same name, prints a progress line (pods updated and
     available of desired, the time waited, the limit and the variable that sets it) when the
-    counts change and at least every 25 seconds, so a long wait is never silent.
+    counts changed (at most every O(progress_every) seconds - each line ends a module run, and a
+    run costs a Python start) and at least every 25 seconds, so a long wait is never silent.
   - Changes nothing else (and nothing in check mode).
 options:
   timeout:
@@ -39,7 +45,8 @@ options:
   poll_for:
     description:
       - Internal to the action plugin. Seconds this run waits before it returns with RV(done) false
-        (it returns sooner when the counts change); unset, it waits until done or O(timeout).
+        (it returns sooner when the counts changed and O(progress_every) passed); unset, it waits
+        until done or O(timeout).
     type: float
   since:
     description: Internal to the action plugin. When the wait began (RFC 3339); a join that failed before is stale.
@@ -49,13 +56,19 @@ options:
     type: float
     default: 0
   interval:
-    description: Seconds between reads of the DaemonSet.
+    description: Without O(poll_for), at most this many times 30 seconds pass between two looks at what the watches saw.
     type: float
     default: 1
-  pods_every:
-    description: Seconds between lists of its pods (each lists every bcd pod).
+  progress_every:
+    description: Internal to the action plugin; see O(poll_for). Seconds.
     type: float
-    default: 3
+    default: 20
+  watch_from:
+    description:
+      - For tests. The resourceVersion the first watch of the pods starts from, instead of their
+        list's; one the server no longer keeps (C(1)) makes it answer C(410 Gone), and the wait
+        lists the pods again.
+    type: str
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.cluster
@@ -114,9 +127,17 @@ since:
   description: When the wait began (RFC 3339), for the next run of the same wait.
   returned: success
   type: str
+watch:
+  description:
+    - What this module run's lists and watches did - C(lists) (the DaemonSet's and the pods', one
+      each, plus C(relists)), C(relists) (after C(410 Gone) or a dropped watch), C(watches) (watch
+      requests), C(events) (changes seen) and C(requests) (Kubernetes API requests in all).
+  returned: always
+  type: dict
 """
 
 import datetime
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -141,6 +162,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     generation_seen,
     pods_by_node,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
 
 # Seconds to keep looking for other pods that cannot start once one is found.
 BAD_GRACE = 6.0
@@ -187,10 +209,11 @@ def main() -> None:
             "timeout": {"type": "int"},
             "nodes": {"type": "int"},
             "interval": {"type": "float", "default": 1},
-            "pods_every": {"type": "float", "default": 3},
+            "progress_every": {"type": "float", "default": 20},
             "poll_for": {"type": "float"},
             "since": {"type": "str"},
             "elapsed": {"type": "float", "default": 0},
+            "watch_from": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -201,8 +224,6 @@ def main() -> None:
     started = run_started - module.params["elapsed"]
     poll_for = module.params["poll_for"]
     interval = max(module.params["interval"], 0.2)
-    pods_every = max(module.params["pods_every"], interval)
-    pods_at = 0.0
     timeout = None
     ds: dict = {}
     pods: dict[str, dict] = {}
@@ -210,58 +231,82 @@ def main() -> None:
     restarted: set[str] = set()
     first_counts = None
     first_bad = None
+    changed = threading.Event()
+    follows: list[Follow] = []
+
+    def watched() -> dict:
+        return {"lists": sum(f.lists for f in follows), "relists": sum(f.relists for f in follows),
+                "watches": sum(f.watches for f in follows), "events": sum(f.events for f in follows),
+                "requests": api.requests}
 
     def done(finished: bool = True, **kw):
         status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
         module.exit_json(changed=bool(restarted), status=status, waited=round(time.monotonic() - started, 1),
                          restarted=sorted(restarted), done=finished, desired=status["desiredNumberScheduled"],
                          updated=status["updatedNumberScheduled"], available=status["numberAvailable"],
-                         timeout=timeout, since=since, **kw)
+                         timeout=timeout, since=since, watch=watched(), **kw)
 
     try:
+        # The DaemonSet and its pods are listed once, then followed by a watch each (bcd_watch):
+        # the wait wakes on each change and never lists the pods again to find one.
+        ds_follow = Follow(api, path("daemonsets", namespace=inv.bcd_namespace),
+                           {"fieldSelector": f"metadata.name={inv.bcd_name}"}, changed=changed)
+        follows.append(ds_follow)
+        ds_follow.start(run_started, thread=False)  # followed once the limit is known
+        ds = next(iter(ds_follow.objects().values()), {})
+        if not ds:
+            module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], waited=0.0)
+        want = module.params["nodes"] or int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+        timeout = module.params["timeout"] or inv.bcd_rollout_timeout or (120 + 2 * want)
+        until = started + timeout
+        if poll_for is not None:
+            until = min(until, run_started + poll_for)
+        if rolled_out(ds):
+            done(failed_nodes=[])
+        pod_follow = Follow(api, path("pods", namespace=inv.bcd_namespace),
+                            {"labelSelector": selector({"app.kubernetes.io/name": "bcd",
+                                                        "app.kubernetes.io/instance": inv.bcd_name})},
+                            keep=slim_pod, changed=changed)
+        pod_follow.first_version = module.params["watch_from"]
+        follows.append(pod_follow)
+        ds_follow.extend(until + 1)
+        ds_follow.start_thread()
+        pod_follow.start(until + 1)
         while True:
-            ds = api.get(path("daemonsets", inv.bcd_name, inv.bcd_namespace)) or {}
+            for f in follows:
+                f.check()
+            ds = next(iter(ds_follow.objects().values()), {})
             if not ds:
-                module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], waited=0.0)
-            if timeout is None:
-                want = module.params["nodes"] or int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
-                timeout = module.params["timeout"] or inv.bcd_rollout_timeout or (120 + 2 * want)
+                module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[],
+                                 waited=round(time.monotonic() - started, 1))
             if rolled_out(ds):
                 done(failed_nodes=[])
             now = time.monotonic()
             late = now - started >= timeout
-            if now >= pods_at or late:
-                pods_at = now + pods_every
-                listed = api.list(path("pods", namespace=inv.bcd_namespace),
-                                  {"labelSelector": selector({"app.kubernetes.io/name": "bcd",
-                                                              "app.kubernetes.io/instance": inv.bcd_name})},
-                                  keep=slim_pod)
-                pods = pods_by_node(listed, ds["metadata"].get("uid"))
-                for pod in stale(pods, since):
-                    meta = pod["metadata"]
-                    if meta["uid"] in restarted or module.check_mode:
-                        continue
-                    restarted.add(meta["uid"])
-                    # the uid precondition never deletes a pod that replaced it meanwhile
-                    api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
-                bad = cannot_start(pods, since)
-                if bad:
-                    first_bad = first_bad or now
-                # A refusal rarely comes alone (the same pin or token for every node): give the
-                # other pods that are not Ready a few seconds to say so too, then name them all.
-                named = {b["node"] for b in bad}
-                waiting_on = [n for n, p in pods.items() if n not in named and not pod_ready(p)]
-                if bad and waiting_on and now - first_bad < BAD_GRACE and not late:
-                    pods_at = min(pods_at, now + interval)
-                elif bad:
-                    lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
-                    module.fail_json(
-                        msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
-                            f"out the {timeout}s timeout):\n{lines}\nFix the cause (a refused join names the "
-                            "control plane's reason: pins, site or gateway in the inventory, or the token) and run "
-                            "again.",
-                        failed_nodes=bad, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
-                        waited=round(time.monotonic() - started, 1))
+            pods = pods_by_node(list(pod_follow.objects().values()), ds["metadata"].get("uid"))
+            for pod in stale(pods, since):
+                meta = pod["metadata"]
+                if meta["uid"] in restarted or module.check_mode:
+                    continue
+                restarted.add(meta["uid"])
+                # the uid precondition never deletes a pod that replaced it meanwhile
+                api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
+            bad = cannot_start(pods, since)
+            if bad:
+                first_bad = first_bad or now
+            # A refusal rarely comes alone (the same pin or token for every node): give the
+            # other pods that are not Ready a few seconds to say so too, then name them all.
+            named = {b["node"] for b in bad}
+            waiting_on = [n for n, p in pods.items() if n not in named and not pod_ready(p)]
+            if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
+                lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
+                module.fail_json(
+                    msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
+                        f"out the {timeout}s timeout):\n{lines}\nFix the cause (a refused join names the "
+                        "control plane's reason: pins, site or gateway in the inventory, or the token) and run "
+                        "again.",
+                    failed_nodes=bad, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
+                    waited=round(time.monotonic() - started, 1), watch=watched())
             if late:
                 status = ds.get("status") or {}
                 slow = [{"node": n, "pod": p["metadata"]["name"], "why": pod_state(p)}
@@ -272,16 +317,27 @@ def main() -> None:
                         f"{status.get('desiredNumberScheduled') or 0} pods available, "
                         f"{status.get('updatedNumberScheduled') or 0} updated (bcd_rollout_timeout sets the wait){lines}",
                     failed_nodes=slow, status={k: int(status.get(k) or 0) for k in COUNTS},
-                    waited=round(time.monotonic() - started, 1))
+                    waited=round(time.monotonic() - started, 1), watch=watched())
             counts = tuple(int((ds.get("status") or {}).get(k) or 0) for k in COUNTS)
             first_counts = first_counts or counts
-            # under the action plugin, return to it in time for its next progress line
-            if poll_for is not None and (time.monotonic() - run_started + interval > poll_for or counts != first_counts):
+            in_slice = time.monotonic() - run_started
+            # under the action plugin, return to it in time for its next progress line, and when
+            # the counts changed once progress_every passed (a run costs a Python start: ~1 s)
+            if poll_for is not None and (in_slice >= poll_for or (
+                    counts != first_counts and in_slice >= module.params["progress_every"])):
                 done(finished=False, failed_nodes=[])
-            time.sleep(interval)
+            wake = [started + timeout, run_started + poll_for if poll_for is not None else now + interval * 30]
+            if bad:
+                wake.append(first_bad + BAD_GRACE)
+            if counts != first_counts and poll_for is not None:
+                wake.append(run_started + module.params["progress_every"])
+            wait_for_change(changed, max(0.0, min(wake) - time.monotonic()) + 0.01)
     except KubeError as exc:
         module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[],
-                         waited=round(time.monotonic() - started, 1))
+                         waited=round(time.monotonic() - started, 1), watch=watched())
+    finally:
+        for f in follows:
+            f.stop()
 
 
 if __name__ == "__main__":

@@ -42,7 +42,14 @@ options:
     description: With O(wait), seconds to wait (default C(bcd_join_timeout), else 300 + 2 per Node).
     type: int
   interval:
-    description: With O(wait), seconds between polls of the control plane.
+    description:
+      - With O(wait), the base of the spacing between polls of the control plane (one C(nodes.list),
+        every page, a poll), in seconds. The spacing follows how many selected Nodes do not report
+        yet - O(interval) x missing / 100, at least O(interval) / 4 (a few missing - the last
+        ones are seen at once) and at most 2.5 x O(interval) (hundreds missing - they join over
+        minutes, and each poll lists the whole pool) - and is at most O(interval) during the
+        first 10 seconds of a module run. With the default 2 - 0.5 s up to 25 missing, 2 s at
+        100, 5 s from 250.
     type: float
     default: 2
   poll_for:
@@ -61,16 +68,14 @@ options:
     default: 30
   refusals:
     description:
-      - Also look for refused joins (every O(refusals_every) seconds while polling) and return
-        them in RV(refused) - a selected Node whose bcd pod's C(join) init container exited
-        non-zero, or whose bcd node does not report and carries the condition C(JoinRefused).
+      - Also look for refused joins while polling and return them in RV(refused) - a selected
+        Node whose bcd pod's C(join) init container exited non-zero, or whose bcd node does not
+        report and carries the condition C(JoinRefused). The bcd pods are listed once a module
+        run and then followed by a watch from that list's C(resourceVersion) (listed again on
+        C(410 Gone) or a dropped watch), so a pod's refused join is seen when it happens.
         A refusal ends the polling at once (the O(wait) action plugin then fails naming each).
     type: bool
     default: false
-  refusals_every:
-    description: With O(refusals), seconds between lists of the bcd pods.
-    type: float
-    default: 5
   since:
     description: With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
     type: str
@@ -148,6 +153,7 @@ polls:
   type: int
 """
 
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -179,6 +185,13 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import node_rows, short_of_requests
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pods_by_node
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
+
+# Poll spacing (poll_spacing): interval x missing/100, within these factors of interval.
+POLL_MIN_FACTOR = 0.25
+POLL_MAX_FACTOR = 2.5
+POLL_EAGER = 10.0  # seconds: a run's first polls come at most interval apart
+POLL_MIN = 0.5  # seconds: a run with less than this left polls no more
 
 
 def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, dict]) -> dict[str, str]:
@@ -234,14 +247,31 @@ def diagnose(kube: Kube, inv, names: list[str], known: dict, nodes: dict[str, di
     return why
 
 
+def pod_query(inv) -> dict:
+    """The query that lists bcd's pods."""
+    return {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})}
+
+
+def poll_spacing(interval: float, missing: int, elapsed: float) -> float:
+    """Seconds until the next poll of the control plane: ``interval`` times ``missing / 100``,
+    between a quarter of ``interval`` (few nodes missing: the last ones are seen at once) and
+    2.5 times ``interval`` (hundreds missing: each poll is a full ``nodes.list``, and the nodes
+    join over minutes), and at most ``interval`` during the first ``POLL_EAGER`` seconds of a run."""
+    spacing = interval * min(max(missing / 100, POLL_MIN_FACTOR), POLL_MAX_FACTOR)
+    return min(spacing, interval) if elapsed < POLL_EAGER else spacing
+
+
 def refusals(kube: Kube, inv, names: list[str], known: dict, since: str | None = None) -> dict[str, str]:
+    """:func:`refused_joins` of the bcd pods, listed now."""
+    return refused_joins(kube.list(path("pods", namespace=inv.bcd_namespace), pod_query(inv), keep=slim_pod),
+                         names, known, since)
+
+
+def refused_joins(pods: list[dict], names: list[str], known: dict, since: str | None = None) -> dict[str, str]:
     """Node name -> why, for each of ``names`` whose join was refused: its bcd pod's ``join``
     init container exited non-zero (the termination message says why), or its bcd node carries
     the condition ``JoinRefused`` in nodes.list. A refusal does not heal by waiting. A pod's
     failure that finished before ``since`` (RFC 3339) does not count: it may predate the token."""
-    pods = kube.list(path("pods", namespace=inv.bcd_namespace),
-                     {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})},
-                     keep=slim_pod)
     newest = pods_by_node(pods)
     out = {}
     for name in names:
@@ -270,7 +300,6 @@ def main() -> None:
             "poll_for": {"type": "float", "default": 0},
             "progress_every": {"type": "float", "default": 30},
             "refusals": {"type": "bool", "default": False},
-            "refusals_every": {"type": "float", "default": 5},
             "since": {"type": "str"},
         },
         supports_check_mode=True,
@@ -295,29 +324,53 @@ def main() -> None:
     limit = module.params["timeout"] or inv.bcd_join_timeout or (300 + 2 * len(names))
     poll_for = min(module.params["poll_for"], limit - interval)
     refused: dict[str, str] = {}
-    pods_at = 0.0
-    while True:
-        known = {}
+    # The bcd pods (for refused joins) are listed once, then followed by a watch: a refusal is
+    # seen when the pod's join fails, without listing every pod again.
+    changed = threading.Event()
+    pod_follow = None
+    if module.params["refusals"] and names:
         try:
-            for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
-                if node.get("hostname") in wanted:
-                    known[node["hostname"]] = node
-        except ControlPlaneError as exc:
-            module.fail_json(msg=f"listing the pool's nodes: {exc}")
-        polls += 1
-        have = sum(1 for name in names if (known.get(name) or {}).get("state") in NODE_STATES_REPORTING)
-        first = have if first is None else first
-        if module.params["refusals"] and time.monotonic() >= pods_at:
-            pods_at = time.monotonic() + module.params["refusals_every"]
+            pod_follow = Follow(kube_api, path("pods", namespace=inv.bcd_namespace), pod_query(inv), keep=slim_pod,
+                                changed=changed).start(started + poll_for + 1, thread=poll_for > 0)
+        except KubeError as exc:
+            module.fail_json(msg=f"listing the bcd pods: {exc}")
+
+    def finished(elapsed: float) -> bool:
+        return bool(have == len(names) or refused or elapsed + min(interval, POLL_MIN) > poll_for
+                    or (have != first and elapsed >= module.params["progress_every"]))
+
+    try:
+        while True:
+            known = {}
             try:
-                refused = refusals(kube_api, inv, names, known, module.params["since"])
-            except KubeError as exc:
-                module.fail_json(msg=f"listing the bcd pods: {exc}")
-        elapsed = time.monotonic() - started
-        if (have == len(names) or refused or elapsed + interval > poll_for
-                or (have != first and elapsed >= module.params["progress_every"])):
-            break
-        time.sleep(interval)
+                for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
+                    if node.get("hostname") in wanted:
+                        known[node["hostname"]] = node
+            except ControlPlaneError as exc:
+                module.fail_json(msg=f"listing the pool's nodes: {exc}")
+            polls += 1
+            have = sum(1 for name in names if (known.get(name) or {}).get("state") in NODE_STATES_REPORTING)
+            first = have if first is None else first
+            next_poll = time.monotonic() + poll_spacing(interval, len(names) - have, time.monotonic() - started)
+            while True:
+                if pod_follow is not None:
+                    try:
+                        pod_follow.check()
+                    except KubeError as exc:
+                        module.fail_json(msg=f"listing the bcd pods: {exc}")
+                    refused = refused_joins(list(pod_follow.objects().values()), names, known, module.params["since"])
+                if finished(time.monotonic() - started):
+                    break
+                left = min(next_poll, started + poll_for) - time.monotonic()
+                if left <= 0:
+                    break
+                # woken by a change of a bcd pod (a refused join), else at the next poll
+                wait_for_change(changed, left)
+            if finished(time.monotonic() - started):
+                break
+    finally:
+        if pod_follow is not None:
+            pod_follow.stop()
     out = node_rows(k8s_nodes, known)
     missing = [o["name"] for o in out if not o["reporting"]]
     if module.params["diagnose"]:

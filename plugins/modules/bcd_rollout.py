@@ -35,14 +35,19 @@ description:
     in full every max(2 O(interval), 1) seconds, so that a pod that turns Ready and then fails, or a node
     that stops reporting, fails the gate. A pod that cannot turn
     Ready (failed, crash-looping 3 times, an invalid image, its C(bcd join) init container exited
-    non-zero) fails the gate at once. Between
-    these checks (which list the pods and the pool's nodes) it reads only the DaemonSet, and
-    checks again when its controller counts every pod Ready and the stage's pods updated, or
+    non-zero) fails the gate at once. The DaemonSet and its pods are listed once, when the
+    run starts, and then followed by a watch from that list's C(resourceVersion)
+    (C(allowWatchBookmarks); listed again only on C(410 Gone) or a dropped watch), so the gate
+    wakes on each change of a pod or of the DaemonSet and never lists the pods again
+    (U(https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes)).
+    A full check reads the pods as the watch saw them and lists the selected Nodes and the
+    pool's nodes; it
+    runs when the DaemonSet's controller counts every pod Ready and the stage's pods updated, or
     after max(2 O(interval), 1) seconds, or four times as long as the last successful check
-    took if that is longer, but never more than 15 seconds (at 1,000 nodes a check lists 20 MB
-    of pods; spaced out, checks do not take the API server's CPU from the rollout they check).
+    took if that is longer, but never more than 15 seconds (spaced out, checks do not take the
+    API server's CPU from the rollout they check).
     The pods the first stage deletes are those listed at the start; the pods a later stage
-    deletes are those the previous stage's passing check listed (each DELETE names the pod's
+    deletes are those the previous stage's passing check saw (each DELETE names the pod's
     uid, so a pod replaced since is never deleted).
   - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
     (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
@@ -99,9 +104,15 @@ options:
     description: When the run started (RFC 3339), for the summary.
     type: str
   interval:
-    description: Seconds between polls while waiting.
+    description: Seconds between polls while waiting (the full checks' spacing is derived from it).
     type: float
     default: 2
+  watch_from:
+    description:
+      - For tests. The resourceVersion the first watch of the pods starts from, instead of their
+        list's; one the server no longer keeps (C(1)) makes it answer C(410 Gone), and the pods
+        are listed again.
+    type: str
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
@@ -138,6 +149,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+watch:
+  description:
+    - With C(state=run), what the watches of the DaemonSet and its pods did - C(lists), C(relists)
+      (after C(410 Gone) or a dropped watch), C(watches) (watch requests), C(events) (changes
+      seen), C(pod_lists) and C(pod_relists) (the pods' alone).
+  returned: when O(state=run) got past its first reads
+  type: dict
 summary:
   description:
     - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
@@ -175,6 +193,7 @@ healthy:
 
 import datetime as dt
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -219,6 +238,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     table,
     with_strategy,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
 
 FIELD_MANAGER = "bcd-ansible"
 # A stage's pods are deleted this many at a time (at most the client's connection pool, 5 per CPU).
@@ -227,6 +247,10 @@ DELETE_WORKERS = 8
 # than this many times its own duration after it ended: about a fifth of the time at most.
 CHECK_SPACING = 4
 CHECK_SPACING_MAX = 15.0  # seconds: however slow the checks, a fatal pod is seen within this
+# Seconds the gate sleeps at most when no pod or DaemonSet changes (lock renewal, check schedule).
+WAKE_MAX = 1.0
+# Seconds a watch follows the DaemonSet and its pods at most (stopped when the run ends).
+FOLLOW_FOR = 24 * 3600.0
 FAILED_IN_MSG = 3  # failed nodes named with their reason in the failure message
 
 
@@ -268,10 +292,15 @@ class Rollout:
         self.started = time.monotonic()
         self.started_at = self.p.get("started_at") or _rfc3339()
         self.last_renewal = time.monotonic()
-        self.changed = False
+        self.did_change = False
         self.notes: list[str] = []
         self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
         self.lock_result: dict = {}  # with take_lock: bcd_lock's result, returned with the status
+        # the DaemonSet and its pods, listed once and then followed by a watch (bcd_watch), so
+        # the gate wakes on each change and never lists the pods again to find one
+        self.changed = threading.Event()
+        self.follow_pods: Follow | None = None
+        self.follow_ds: Follow | None = None
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -283,9 +312,38 @@ class Rollout:
         return self.kube.list(path("controllerrevisions", namespace=self.ns), {"labelSelector": selector(labels) or None})
 
     def pods(self, ds: dict) -> dict[str, dict]:
+        """Node name -> the DaemonSet's pod there: from the watch once :meth:`follow` started it
+        (a :class:`KubeError` when the watch failed), else listed."""
+        if self.follow_pods is not None:
+            self.follow_pods.check()
+            return pods_by_node(list(self.follow_pods.objects().values()), ds["metadata"]["uid"])
         labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
         items = self.kube.list(path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None}, keep=slim_pod)
         return pods_by_node(items, ds["metadata"]["uid"])
+
+    def follow(self, ds: dict) -> None:
+        """List the DaemonSet and its pods once and follow both by a watch until :meth:`unfollow`."""
+        labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+        until = time.monotonic() + FOLLOW_FOR
+        self.follow_ds = Follow(self.kube, path("daemonsets", namespace=self.ns), {"fieldSelector": f"metadata.name={self.name}"},
+                                changed=self.changed).start(until)
+        self.follow_pods = Follow(self.kube, path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None},
+                                  keep=slim_pod, changed=self.changed)
+        self.follow_pods.first_version = self.p.get("watch_from")
+        self.follow_pods.start(until)
+
+    def unfollow(self) -> None:
+        for f in (self.follow_ds, self.follow_pods):
+            if f is not None:
+                f.stop()
+
+    def watched(self) -> dict:
+        """What the watches did: lists, relists (after 410 Gone or a dropped watch), watch requests, events."""
+        fs = [f for f in (self.follow_ds, self.follow_pods) if f is not None]
+        return {"lists": sum(f.lists for f in fs), "relists": sum(f.relists for f in fs),
+                "watches": sum(f.watches for f in fs), "events": sum(f.events for f in fs),
+                "pod_lists": self.follow_pods.lists if self.follow_pods else 0,
+                "pod_relists": self.follow_pods.relists if self.follow_pods else 0}
 
     def selected(self) -> dict[str, dict]:
         nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)
@@ -410,7 +468,7 @@ class Rollout:
             "started_at": self.started_at, "finished_at": _rfc3339(),
             "seconds": round(time.monotonic() - self.started, 1),
             "stages": stages, "nodes": rows, "failed_nodes": extra.pop("failed_nodes", []),
-            "rollback": extra.pop("rollback", None), "notes": list(self.notes), "changed": self.changed,
+            "rollback": extra.pop("rollback", None), "notes": list(self.notes), "changed": self.did_change,
             "settings": {"canary": self.inv.bcd_rollout_canary, "max_unavailable": self.inv.bcd_rollout_max_unavailable,
                          "rollback": self.inv.bcd_rollout_rollback, "gate_timeout": self.inv.bcd_rollout_gate_timeout,
                          "force": self.inv.bcd_rollout_force},
@@ -423,7 +481,7 @@ class Rollout:
         kind = {"DaemonSet": "daemonsets", "ConfigMap": "configmaps"}[obj["kind"]]
         self.kube.request("PATCH", path(kind, obj["metadata"]["name"], obj["metadata"].get("namespace")),
                           {"fieldManager": FIELD_MANAGER, "force": "true"}, obj, content_type="application/apply-patch+yaml")
-        self.changed = True
+        self.did_change = True
 
     def delete_pod(self, pod: dict) -> None:
         meta = pod["metadata"]
@@ -433,7 +491,7 @@ class Rollout:
         except KubeError as exc:
             if exc.status not in (404, 409):  # gone already, or another pod by that name
                 raise
-        self.changed = True
+        self.did_change = True
 
     def delete_pods(self, pods: list[dict]) -> None:
         """Delete ``pods`` (a stage's: up to maxUnavailable of them) with DELETE_WORKERS requests in
@@ -491,10 +549,14 @@ class Rollout:
             pause = min(pause * 2, self.interval)
 
     def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
-        """One GET of the DaemonSet (a few KB, against 1,000 pods for a full check): whether its
-        controller counts every pod Ready and at least ``expect_updated`` pods on the newest
-        template, and the DaemonSet's resourceVersion (a status update changes it)."""
-        ds = self.daemonset()
+        """The DaemonSet as its watch last saw it (else one GET): whether its controller counts
+        every pod Ready and at least ``expect_updated`` pods on the newest template, and the
+        DaemonSet's resourceVersion (a status update changes it)."""
+        if self.follow_ds is not None:
+            self.follow_ds.check()
+            ds = next(iter(self.follow_ds.objects().values()), None)
+        else:
+            ds = self.daemonset()
         if ds is None:
             return True, "gone"  # the full check says so
         st = ds.get("status") or {}
@@ -553,10 +615,10 @@ class Rollout:
              expect_updated: int | None = None) -> dict[str, str]:
         """Wait until every node in ``nodes`` is healthy on ``revision``/``image``; {} or node -> why.
 
-        The verdict always comes from a full check (:meth:`check`): the DaemonSet's pods (listed
-        slim) and the pool's nodes (nodes.list), node by node. At 1,000 nodes a full check costs
-        about a second of the API server's CPU and ours, so between full checks the gate reads
-        only the DaemonSet, every 0.25 s backing off to 1 s. A full check runs when the DaemonSet
+        The verdict always comes from a full check (:meth:`check`): the DaemonSet's pods (as
+        their watch saw them) and the selected Nodes and the pool's nodes (listed), node by node.
+        Between full checks the gate sleeps until the watches see a change of a pod or of the
+        DaemonSet (at most ``WAKE_MAX`` s), and reads the DaemonSet as its watch saw it. A full check runs when the DaemonSet
         controller counts every pod Ready and ``expect_updated`` pods updated (and its status
         changed since the last full check), and once at the timeout. Otherwise it runs every
         ``max(2 * interval, 1)`` seconds anyway (so a crash-looping pod, or a node that stops
@@ -568,7 +630,6 @@ class Rollout:
         started = time.monotonic()
         deadline = started + self.inv.bcd_rollout_gate_timeout
         soak = self.inv.bcd_rollout_soak
-        quick = min(0.25, self.interval)
         full_every = max(2 * self.interval, 1.0)
         last_full, last_version, spacing = started, None, full_every
         healthy_since = None  # when every node of the stage was first seen healthy
@@ -603,8 +664,10 @@ class Rollout:
                 elif final:
                     return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
             until = deadline if healthy_since is None else healthy_since + soak
-            time.sleep(max(0.0, min(quick, until - time.monotonic())))
-            quick = min(quick * 1.5, 1.0, self.interval)
+            due_at = last_full + (full_every if healthy_since is not None else spacing)
+            # woken by the watches at each change of a pod or the DaemonSet; at least every
+            # second, for the lock's renewal and the schedule of full checks
+            wait_for_change(self.changed, max(0.0, min(WAKE_MAX, until - time.monotonic(), due_at - time.monotonic())))
 
     def run(self) -> None:
         previous = self.p.get("previous") or []
@@ -627,6 +690,7 @@ class Rollout:
                 self.m.fail_json(msg=f"DaemonSet {self.ns}/{self.name} runs {container_image(ds)}, not {target}: "
                                      "apply the new template (OnDelete) before state=run")
             revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
+            self.follow(ds)
             pods = self.pods(ds)
             self.listed = pods
             nodes = self.selected()
@@ -693,7 +757,8 @@ class Rollout:
             "failed": f"rollout {change(from_image, target)} FAILED: {msg}",
         }[result]
         summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
-        out = {"changed": self.changed, "summary": summary, "table": table(summary), "plan": [
+        self.unfollow()
+        out = {"changed": self.did_change, "watch": self.watched(), "summary": summary, "table": table(summary), "plan": [
             {"name": s["name"], "nodes": s["nodes"]} for s in stages_out]}
         if result != "succeeded":
             self.m.fail_json(msg=headline, **out)
@@ -769,6 +834,7 @@ def main() -> None:
             "started_at": {"type": "str"},
             "interval": {"type": "float", "default": 2},
             "take_lock": {"type": "bool", "default": False},
+            "watch_from": {"type": "str"},
         },
         required_if=[("take_lock", True, ("run",))],
         supports_check_mode=True,
@@ -798,6 +864,8 @@ def main() -> None:
             raise
         module.fail_json(msg=f"bcd_rollout {module.params['state']}: {type(exc).__name__}: {exc}", lock_held=True,
                          **rollout.lock_result)
+    finally:
+        rollout.unfollow()
 
 
 if __name__ == "__main__":

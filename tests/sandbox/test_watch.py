@@ -1,0 +1,133 @@
+"""The waits follow a watch (plugins/module_utils/bcd_watch.py), against the sandbox's API server.
+
+The DaemonSet wait lists the DaemonSet and its pods once, then learns of each change from a
+watch: it returns within a second or two of the rollout completing, never lists the pods again,
+and lists them again only when the server answers 410 Gone (forced here with a resourceVersion
+the server no longer keeps). The rollout's health gate lists the pods once for the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+
+from tests.helpers import run_module, run_playbook
+
+pytestmark = pytest.mark.sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE, NAME = "bcd-system", "bcd"
+NEXT_IMAGE = f"registry.example.com/better-compute/bcd:0.7.0@sha256:{'a7' * 32}"
+
+
+def _config(cpvars) -> dict:
+    inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
+    out = {k: v for k, v in cpvars.items() if k != "bcd_api_key"}
+    out.update(bcd_image=inventory["bcd_image"], bcd_node_selector=inventory["bcd_node_selector"],
+               bcd_rollout_soak=inventory["bcd_rollout_soak"])
+    return out
+
+
+def _rolled_out(ds) -> bool:
+    st = ds.status
+    want = st.desired_number_scheduled or 0
+    return ((st.observed_generation or 0) >= (ds.metadata.generation or 0)
+            and (st.updated_number_scheduled or 0) >= want and (st.number_available or 0) >= want)
+
+
+def _unavailable_one_pod(sandbox) -> None:
+    """Delete one bcd pod and wait until the DaemonSet counts it unavailable (the replacement
+    stays so for minReadySeconds, the soak: seconds)."""
+    with sandbox.api_client() as api:
+        core, apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+        pod = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=bcd").items[0]
+        core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+        deadline = time.monotonic() + 30
+        while _rolled_out(apps.read_namespaced_daemon_set(NAME, NAMESPACE)):
+            assert time.monotonic() < deadline, "the DaemonSet never counted the deleted pod"
+            time.sleep(0.1)
+
+
+class RolloutSeen(threading.Thread):
+    """Watches the DaemonSet (the kubernetes client's own watch) and notes when it first is rolled out."""
+
+    def __init__(self, sandbox):
+        super().__init__(daemon=True)
+        self.sandbox = sandbox
+        self.at: float | None = None
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        with self.sandbox.api_client() as api:
+            apps = k8s.AppsV1Api(api)
+            w = k8s_watch.Watch()
+            self.ready.set()
+            for event in w.stream(apps.list_namespaced_daemon_set, NAMESPACE, field_selector=f"metadata.name={NAME}",
+                                  timeout_seconds=120):
+                if _rolled_out(event["object"]):
+                    self.at = time.monotonic()
+                    w.stop()
+
+
+@pytest.mark.usefixtures("adopted")
+def test_the_daemonset_wait_lists_once_and_returns_as_the_rollout_completes(sandbox, cpvars):
+    _unavailable_one_pod(sandbox)
+    seen = RolloutSeen(sandbox)
+    seen.start()
+    seen.ready.wait(10)
+    code, result = run_module("bcd_daemonset_wait", {"config": _config(cpvars), "kubeconfig": str(sandbox.kubeconfig),
+                                                     "timeout": 120})
+    returned = time.monotonic()
+    seen.join(10)
+    assert code == 0 and result["done"], result
+    watched = result["watch"]
+    # the DaemonSet and its pods listed once each, then only watched
+    assert watched["lists"] == 2 and watched["relists"] == 0, watched
+    assert watched["watches"] >= 2 and watched["events"] >= 1, watched
+    # it learnt of the completed rollout when it happened, not at a later poll
+    assert seen.at is not None
+    assert returned - seen.at < 2.5, (returned - seen.at, watched)
+
+
+@pytest.mark.usefixtures("adopted")
+def test_the_daemonset_wait_lists_the_pods_again_after_410_gone(sandbox, cpvars):
+    _unavailable_one_pod(sandbox)
+    # resourceVersion 1 is long compacted (and older than the watch cache): the server answers 410
+    code, result = run_module("bcd_daemonset_wait", {"config": _config(cpvars), "kubeconfig": str(sandbox.kubeconfig),
+                                                     "timeout": 120, "watch_from": "1"})
+    assert code == 0 and result["done"], result
+    watched = result["watch"]
+    assert watched["relists"] == 1 and watched["lists"] == 3, watched
+
+
+def _task_result(stdout: str, key: str) -> dict:
+    """The result of the (one) task whose result has ``key``, from the json callback's output."""
+    doc = json.loads(stdout[stdout.index("{"):])
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            for res in task["hosts"].values():
+                if key in res:
+                    return res
+    raise AssertionError(f"no task result with {key!r}")
+
+
+@pytest.mark.long
+@pytest.mark.usefixtures("adopted")
+def test_the_rollout_gate_lists_the_pods_once_for_the_whole_run(sandbox):
+    run = run_playbook("rollout.yml", "-e", f"bcd_image={NEXT_IMAGE}", "-e", "bcd_rollout_max_unavailable=50%",
+                       env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    result = _task_result(run.stdout, "watch")
+    watched = result["watch"]
+    stages = [s for s in result["summary"]["stages"] if s.get("outcome") == "passed"]
+    assert len(stages) >= 2, result["summary"]
+    # one list of the pods however many stages and full checks; each pod change came by the watch
+    assert watched["pod_lists"] == 1 + watched["pod_relists"], watched
+    assert watched["events"] >= len(stages), watched
