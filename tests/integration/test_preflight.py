@@ -145,6 +145,9 @@ def test_a_selector_that_selects_no_node_is_left_to_the_caller(tmp_path):
 
 
 def test_adopt_refuses_open_namespaces_before_any_token(sandbox, cp, cpvars):
+    # an unadopted cluster: an earlier test may have rolled the DaemonSet to another image,
+    # which adopt's image guard refuses before the preflight runs
+    sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
     before = len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
     run = run_playbook("adopt-cluster.yml", "-e", '{"bcd_require_pod_security": true}')
     out = run.stdout + run.stderr
