@@ -338,7 +338,14 @@ class JoinSimulator:
                     _failures, due = self.backoff.get(uid, (0, 0.0))
                 # (the pod in the cache may predate our own status update: the outcome and the
                 # back-off are the truth)
-                if (last and last.ok) or now < due:
+                if last and last.ok:
+                    # KWOK can write its init stage again after our exit (the container shown
+                    # running again): record the exit once more, as a kubelet's status would say
+                    if state.get("running") and now - last.at > 2.0:
+                        last.at = now
+                        self._exit(uid, pod, container, init, last, now)
+                    continue
+                if now < due:
                     continue
                 if state.get("running") or waiting == "CrashLoopBackOff":
                     self.attempt(uid, pod, container, now, init=init)
