@@ -96,6 +96,10 @@ def test_the_daemonset_wait_lists_once_and_returns_as_the_rollout_completes(sand
     assert returned - seen.at < 2.5, (returned - seen.at, watched)
 
 
+# long: on a sandbox up for a few minutes only, the API server was seen to replay the events from
+# resourceVersion 1 instead of answering 410 Gone (the test then finds no relist); make test-long
+# runs it on an older sandbox, where it passes
+@pytest.mark.long
 @pytest.mark.usefixtures("adopted")
 def test_the_daemonset_wait_lists_the_pods_again_after_410_gone(sandbox, cpvars):
     _unavailable_one_pod(sandbox)
