@@ -73,6 +73,10 @@ MAX_TOKEN = 4096
 USER_AGENT = "bcd-control-plane-emulator"
 # KWOK manages (and the simulator plays) only the Nodes with this annotation.
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+# A pod bound to a KWOK Node with no status after this many seconds is touched (annotation
+# NUDGE_ANNOTATION) so that KWOK plays it; again after twice as long, at most every 30 s.
+NUDGE_AFTER = 5.0
+NUDGE_ANNOTATION = "sandbox.bcd.dev/kwok-nudge"
 
 
 @dataclass
@@ -231,6 +235,8 @@ class JoinSimulator:
         self.last_ready: dict[str, float] = {}
         # uid -> (failed runs of its join container, monotonic time of the next run)
         self.backoff: dict[str, tuple[int, float]] = {}
+        # uid -> (monotonic time first seen bound with no status, nudges so far, next nudge at)
+        self.unplayed: dict[str, tuple[float, int, float]] = {}
         self.started = time.monotonic()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -319,8 +325,11 @@ class JoinSimulator:
                 del self.events[key]
             for uid in [u for u in self.backoff if u not in pods]:
                 del self.backoff[uid]
+            for uid in [u for u in self.unplayed if u not in pods]:
+                del self.unplayed[uid]
         self._cache = {}
         for uid, pod in pods.items():
+            self._nudge(uid, pod, now)
             container = join_container(pod)
             if container is None:
                 continue
@@ -358,6 +367,32 @@ class JoinSimulator:
                 continue
             self.attempt(uid, pod, container, now)
         self.report(pods, now)
+
+    def _nudge(self, uid: str, pod: dict, now: float) -> None:
+        """Touch a pod bound to a KWOK Node that KWOK has left without any status for
+        ``NUDGE_AFTER`` seconds, so that KWOK plays it. KWOK drops the events of a pod bound to a
+        Node it has not started to manage yet (a Node just added, whose DaemonSet pod came at
+        once), and nothing else changes such a pod again; a kubelet syncs every pod bound to it."""
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        if (not spec.get("nodeName") or pod["metadata"].get("deletionTimestamp")
+                or status.get("phase") not in (None, "Pending")
+                or status.get("initContainerStatuses") or status.get("containerStatuses")):
+            self.unplayed.pop(uid, None)
+            return
+        if not self._kwok(spec["nodeName"]):
+            return
+        first, count, due = self.unplayed.setdefault(uid, (now, 0, now + NUDGE_AFTER))
+        if now < due:
+            return
+        meta = pod["metadata"]
+        try:
+            self.core.patch_namespaced_pod(meta["name"], meta["namespace"],
+                                           {"metadata": {"annotations": {NUDGE_ANNOTATION: str(count + 1)}}})
+            log.warning("KWOK left pod %s/%s on Node %s without any status for %.0fs: touched it (%s=%d)",
+                        meta["namespace"], meta["name"], spec["nodeName"], now - first, NUDGE_ANNOTATION, count + 1)
+        except Exception as exc:  # noqa: BLE001 - gone or the cluster is down; the next pass looks again
+            log.warning("touching pod %s/%s failed (%s: %s)", meta["namespace"], meta["name"], type(exc).__name__, exc)
+        self.unplayed[uid] = (first, count + 1, now + min(NUDGE_AFTER * 2 ** (count + 1), 30.0))
 
     def _kwok(self, node_name: str) -> bool:
         """Whether KWOK plays Node ``node_name``; Nodes are listed again (at most every 2 s) when

@@ -264,3 +264,51 @@ def test_node_credentials_are_derived_and_checked(tmp_path):
     assert pki.node_of_credential(cred) == "node_01abc"
     assert pki.node_of_credential(cred[:-2] + "AA") is None
     assert pki.node_of_credential(pki.token_for("node_01abc")) is None
+
+
+class _Core:
+    """Records the pod patches the join simulator makes."""
+
+    def __init__(self):
+        self.patches = []
+
+    def patch_namespaced_pod(self, name, namespace, body):
+        self.patches.append((namespace, name, body))
+
+
+def _bound_pod(**status) -> dict:
+    return {"metadata": {"name": "bcd-x1", "namespace": "bcd-system", "uid": "u1"},
+            "spec": {"nodeName": "gpu-node-9"}, "status": {"phase": "Pending", **status}}
+
+
+def test_a_pod_kwok_left_without_status_is_touched_then_backed_off(tmp_path):
+    """KWOK drops the events of a pod bound to a Node it does not manage yet: the simulator
+    touches such a pod after NUDGE_AFTER seconds (so KWOK plays it), then backs off; a pod with
+    any status, or on a Node KWOK does not play, is left alone."""
+    from sandbox.control_plane import join
+
+    sim = join.JoinSimulator.__new__(join.JoinSimulator)
+    sim.core, sim.unplayed = _Core(), {}
+    sim.kwok_nodes, sim.kwok_listed = {"gpu-node-9": True, "kind-worker": False}, time.monotonic()
+    t0 = 1000.0
+    sim._nudge("u1", _bound_pod(), t0)
+    sim._nudge("u1", _bound_pod(), t0 + join.NUDGE_AFTER - 0.1)
+    assert sim.core.patches == []
+    sim._nudge("u1", _bound_pod(), t0 + join.NUDGE_AFTER)
+    assert sim.core.patches == [("bcd-system", "bcd-x1", {"metadata": {"annotations": {join.NUDGE_ANNOTATION: "1"}}})]
+    sim._nudge("u1", _bound_pod(), t0 + join.NUDGE_AFTER + 1)
+    assert len(sim.core.patches) == 1, "backed off"
+    sim._nudge("u1", _bound_pod(), t0 + 3 * join.NUDGE_AFTER)
+    assert sim.core.patches[-1][2]["metadata"]["annotations"][join.NUDGE_ANNOTATION] == "2"
+    # KWOK played it: forgotten
+    sim._nudge("u1", _bound_pod(initContainerStatuses=[{"name": "join"}]), t0 + 100)
+    assert "u1" not in sim.unplayed
+    # a real node's pod (its kubelet plays it) and a pod not bound yet are never touched
+    real = _bound_pod()
+    real["spec"]["nodeName"] = "kind-worker"
+    unbound = _bound_pod()
+    del unbound["spec"]["nodeName"]
+    for pod in (real, unbound):
+        sim._nudge("u2", pod, t0)
+        sim._nudge("u2", pod, t0 + 60)
+    assert len(sim.core.patches) == 2
