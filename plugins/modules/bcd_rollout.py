@@ -52,7 +52,9 @@ description:
   - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
     (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
     previous revision, waits up to C(bcd_rollout_gate_timeout) for them to be healthy, re-applies
-    O(previous) with its own update strategy and fails naming the failed Nodes and why.
+    O(previous) with its own update strategy, waits up to 60 seconds for the DaemonSet controller to
+    count every pod updated and available (as many as before the run at most), and fails naming
+    the failed Nodes and why. The rollback succeeded only if all of that holds.
     Without, it fails at once and leaves the DaemonSet OnDelete, so nothing else rolls.
   - While it runs it renews the lock Lease O(lock) of run O(run) (every third of its duration);
     a lock another run took over stops the rollout.
@@ -247,6 +249,9 @@ DELETE_WORKERS = 8
 # than this many times its own duration after it ended: about a fifth of the time at most.
 CHECK_SPACING = 4
 CHECK_SPACING_MAX = 15.0  # seconds: however slow the checks, a fatal pod is seen within this
+# Seconds a rollback whose pods passed the gate waits for the DaemonSet controller to count them
+# all updated and available (its status lags the pods by a sync or two under load).
+ROLLBACK_SETTLE = 60.0
 # Seconds the gate sleeps at most when no pod or DaemonSet changes (lock renewal, check schedule).
 WAKE_MAX = 1.0
 # Seconds a watch follows the DaemonSet and its pods at most (stopped when the run ends).
@@ -295,6 +300,7 @@ class Rollout:
         self.did_change = False
         self.notes: list[str] = []
         self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
+        self.available_before: int | None = None  # the DaemonSet's numberAvailable when state=run began
         self.lock_result: dict = {}  # with take_lock: bcd_lock's result, returned with the status
         # the DaemonSet and its pods, listed once and then followed by a watch (bcd_watch), so
         # the gate wakes on each change and never lists the pods again to find one
@@ -548,6 +554,28 @@ class Rollout:
             time.sleep(pause)
             pause = min(pause * 2, self.interval)
 
+    def rolled_out(self, timeout: float, available_before: int | None = None) -> str | None:
+        """Wait up to ``timeout`` seconds until the DaemonSet controller has seen the DaemonSet's
+        latest generation and counts every desired pod updated and available (at most as many as
+        ``available_before``, what it counted before the run: a forced run may start with some
+        unavailable); None, or why not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ds = self.daemonset()
+            if ds is None:
+                return f"DaemonSet {self.ns}/{self.name} disappeared"
+            st = ds.get("status") or {}
+            desired = int(st.get("desiredNumberScheduled") or 0)
+            want = desired if available_before is None else min(desired, available_before)
+            counts = {k: int(st.get(k) or 0) for k in ("updatedNumberScheduled", "numberAvailable")}
+            if generation_seen(ds) and all(v >= want for v in counts.values()):
+                return None
+            if time.monotonic() >= deadline:
+                return (f"after {timeout:g}s the DaemonSet controller counts {counts['updatedNumberScheduled']} of "
+                        f"{desired} pods updated and {counts['numberAvailable']} available on DaemonSet "
+                        f"{self.ns}/{self.name} (kubectl rollout status daemonset/{self.name} -n {self.ns})")
+            time.sleep(min(1.0, self.interval))
+
     def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
         """The DaemonSet as its watch last saw it (else one GET): whether its controller counts
         every pod Ready and at least ``expect_updated`` pods on the newest template, and the
@@ -686,6 +714,7 @@ class Rollout:
         msg = None
         try:
             ds = self.observed()
+            self.available_before = int((ds.get("status") or {}).get("numberAvailable") or 0)
             if container_image(ds) != target:
                 self.m.fail_json(msg=f"DaemonSet {self.ns}/{self.name} runs {container_image(ds)}, not {target}: "
                                      "apply the new template (OnDelete) before state=run")
@@ -785,7 +814,13 @@ class Rollout:
             if problems:
                 out.update(outcome="failed", why="; ".join(f"{n}: {w}" for n, w in problems.items()))
             else:
-                out["outcome"] = "succeeded"
+                # "rolled back" promises what `kubectl rollout status` would confirm: the
+                # controller counts every pod updated and available on the previous render
+                lag = self.rolled_out(ROLLBACK_SETTLE, self.available_before)
+                if lag:
+                    out.update(outcome="failed", why=lag)
+                else:
+                    out["outcome"] = "succeeded"
         except (KubeError, ControlPlaneError, LostLock) as exc:
             out.update(outcome="failed", why=str(exc))
         out["seconds"] = round(time.monotonic() - t0, 1)
