@@ -45,10 +45,20 @@ test-unit: setup
 test-sandbox: setup
 	$(BIN)/pytest -m "sandbox and not long" --durations=30
 
-# molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>)
+# molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>). Each one's output
+# also goes to out/molecule-<scenario>.log; on a failure the failed tasks are printed again last,
+# where a CI log's tail shows them.
+MOLECULE_SCENARIOS := default rollout
 test-molecule: setup
-	$(BIN)/molecule test -s default
-	$(BIN)/molecule test -s rollout
+	@mkdir -p out
+	@for s in $(MOLECULE_SCENARIOS); do \
+	  $(BIN)/molecule test -s $$s 2>&1 | tee out/molecule-$$s.log; rc=$${PIPESTATUS[0]}; \
+	  if [ $$rc -ne 0 ]; then \
+	    echo "molecule scenario $$s FAILED (rc $$rc); its failed tasks (out/molecule-$$s.log):"; \
+	    sed 's/\x1b\[[0-9;]*m//g' out/molecule-$$s.log | grep -B 2 -A 40 -E 'fatal: \[|failed: \[' | tail -150; \
+	    exit $$rc; \
+	  fi; \
+	done
 
 # molecule scenario `kind` (real kubelets, the stand-in bcd image) when the kind cache is warm: a
 # cold build takes up to 13 minutes on 2 cores (sandbox/kind/README.md), more than make test can
