@@ -229,6 +229,7 @@ def main() -> None:
     pods: dict[str, dict] = {}
     since = module.params["since"] or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     restarted: set[str] = set()
+    restarted_on: set[str] = set()  # the Nodes of the restarted pods
     first_counts = None
     first_bad = None
     changed = threading.Event()
@@ -284,11 +285,13 @@ def main() -> None:
             now = time.monotonic()
             late = now - started >= timeout
             pods = pods_by_node(list(pod_follow.objects().values()), ds["metadata"].get("uid"))
+            node_of = {p["metadata"]["uid"]: n for n, p in pods.items()}
             for pod in stale(pods, since):
                 meta = pod["metadata"]
                 if meta["uid"] in restarted or module.check_mode:
                     continue
                 restarted.add(meta["uid"])
+                restarted_on.add(node_of[meta["uid"]])
                 # the uid precondition never deletes a pod that replaced it meanwhile
                 api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
             bad = cannot_start(pods, since)
@@ -297,7 +300,8 @@ def main() -> None:
             # A refusal rarely comes alone (the same pin or token for every node): give the
             # other pods that are not Ready a few seconds to say so too, then name them all.
             named = {b["node"] for b in bad}
-            waiting_on = [n for n, p in pods.items() if n not in named and not pod_ready(p)]
+            # a node whose pod was just restarted has none until its replacement comes: wait for it too
+            waiting_on = [n for n in set(pods) | restarted_on if n not in named and not pod_ready(pods.get(n))]
             if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
                 lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
                 module.fail_json(
