@@ -179,6 +179,18 @@ def generation_seen(ds: dict) -> bool:
     return int((ds.get("status") or {}).get("observedGeneration") or 0) >= int(ds["metadata"].get("generation") or 0)
 
 
+def rolled_out(ds: dict, at_most: int | None = None) -> bool:
+    """Whether the DaemonSet is rolled out as ``kubectl rollout status`` says it: its controller
+    has seen the latest generation and counts every desired pod (or ``at_most`` pods, if fewer)
+    updated and available."""
+    status = ds.get("status") or {}
+    want = int(status.get("desiredNumberScheduled") or 0)
+    if at_most is not None:
+        want = min(want, at_most)
+    return (generation_seen(ds) and int(status.get("updatedNumberScheduled") or 0) >= want
+            and int(status.get("numberAvailable") or 0) >= want)
+
+
 def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, dict]:
     """Node name -> the DaemonSet's pod there that is not terminating (the newest if several).
     A pod the scheduler has not placed yet counts for the Node it is for (:func:`target_node`):

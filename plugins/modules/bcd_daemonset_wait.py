@@ -159,21 +159,14 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     fatal,
-    generation_seen,
     pods_by_node,
+    rolled_out,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
 
 # Seconds to keep looking for other pods that cannot start once one is found.
 BAD_GRACE = 6.0
 COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
-
-
-def rolled_out(ds: dict) -> bool:
-    status = ds.get("status") or {}
-    want = int(status.get("desiredNumberScheduled") or 0)
-    return (generation_seen(ds) and int(status.get("updatedNumberScheduled") or 0) >= want
-            and int(status.get("numberAvailable") or 0) >= want)
 
 
 def cannot_start(pods: dict[str, dict], since: str) -> list[dict]:

@@ -236,6 +236,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     pod_revision,
     pods_by_node,
     revision_hash,
+    rolled_out,
     short,
     table,
     with_strategy,
@@ -554,26 +555,23 @@ class Rollout:
             time.sleep(pause)
             pause = min(pause * 2, self.interval)
 
-    def rolled_out(self, timeout: float, available_before: int | None = None) -> str | None:
-        """Wait up to ``timeout`` seconds until the DaemonSet controller has seen the DaemonSet's
-        latest generation and counts every desired pod updated and available (at most as many as
-        ``available_before``, what it counted before the run: a forced run may start with some
-        unavailable); None, or why not."""
+    def wait_rolled_out(self, timeout: float, available_before: int | None = None) -> str | None:
+        """Wait up to ``timeout`` seconds until the DaemonSet is rolled out (:func:`rolled_out`:
+        at most as many pods as ``available_before``, what its controller counted available before
+        the run, since a forced run may start with some unavailable); None, or why not."""
         deadline = time.monotonic() + timeout
         while True:
             ds = self.daemonset()
             if ds is None:
                 return f"DaemonSet {self.ns}/{self.name} disappeared"
-            st = ds.get("status") or {}
-            desired = int(st.get("desiredNumberScheduled") or 0)
-            want = desired if available_before is None else min(desired, available_before)
-            counts = {k: int(st.get(k) or 0) for k in ("updatedNumberScheduled", "numberAvailable")}
-            if generation_seen(ds) and all(v >= want for v in counts.values()):
+            if rolled_out(ds, available_before):
                 return None
             if time.monotonic() >= deadline:
-                return (f"after {timeout:g}s the DaemonSet controller counts {counts['updatedNumberScheduled']} of "
-                        f"{desired} pods updated and {counts['numberAvailable']} available on DaemonSet "
-                        f"{self.ns}/{self.name} (kubectl rollout status daemonset/{self.name} -n {self.ns})")
+                st = ds.get("status") or {}
+                return (f"after {timeout:g}s the DaemonSet controller counts {st.get('updatedNumberScheduled') or 0} of "
+                        f"{st.get('desiredNumberScheduled') or 0} pods updated and {st.get('numberAvailable') or 0} "
+                        f"available on DaemonSet {self.ns}/{self.name} (kubectl rollout status daemonset/{self.name} "
+                        f"-n {self.ns})")
             time.sleep(min(1.0, self.interval))
 
     def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
@@ -816,7 +814,7 @@ class Rollout:
             else:
                 # "rolled back" promises what `kubectl rollout status` would confirm: the
                 # controller counts every pod updated and available on the previous render
-                lag = self.rolled_out(ROLLBACK_SETTLE, self.available_before)
+                lag = self.wait_rolled_out(ROLLBACK_SETTLE, self.available_before)
                 if lag:
                     out.update(outcome="failed", why=lag)
                 else:
