@@ -17,11 +17,13 @@ from urllib.parse import quote
 
 
 class KubeError(Exception):
-    """A Kubernetes API failure, with a message an operator can act on. ``status``: HTTP status or None."""
+    """A Kubernetes API failure, with a message an operator can act on. ``status``: HTTP status or
+    None; ``detail``: the API server's own message (its Status), when it answered."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None):
         super().__init__(message)
         self.status = status
+        self.detail = detail
 
 
 def kubeconfig_files(kubeconfig: str | None = None) -> list[str]:
@@ -118,7 +120,8 @@ class Kube:
             if resp.status == 401 and self.source:
                 # the credentials of this kubeconfig context were refused: say which ones
                 message = f"{message or resp.reason} ({self.source})"
-            raise KubeError(f"{method} {path}: Kubernetes API {resp.status}: {message or resp.reason}", status=resp.status)
+            raise KubeError(f"{method} {path}: Kubernetes API {resp.status}: {message or resp.reason}", status=resp.status,
+                            detail=(doc or {}).get("message") if isinstance(doc, dict) else None)
         return doc
 
     def get(self, path: str, query: dict | None = None):
