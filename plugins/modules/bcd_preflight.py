@@ -31,11 +31,20 @@ description:
     here (see RV(leftovers.failed) and RV(leftovers.msg)); the clean-up under the lock looks again.
   - With O(cluster_policies), the GPU operator's ClusterPolicies (C(nvidia.com/v1)), for the
     gpu_stack role, which then does not read them again.
+  - With O(daemonset), whether the API server admits a pod of it (RV(admission)), as
+    M(bcd.kubernetes.bcd_admission) asks - a server-side dry-run create (C(dryRun=All)) of one pod of
+    the rendered template, for the first selected Node that does not report (else the first selected
+    Node), which runs ResourceQuota, LimitRange, Pod Security, ValidatingAdmissionPolicies and
+    admission webhooks and stores nothing. The answer is deferred (RV(admission.deferred)) when
+    C(bcd_namespace) does not exist yet, or when the refused namespace lacks a label the rendered
+    Namespace sets (C(bcd_create_namespace); its apply may change the answer) - the caller asks again
+    with M(bcd.kubernetes.bcd_admission) once the Namespace is applied, before any token exists.
   - Fails, in this order, as the separate modules did, with their messages - the control plane (a pin, the gateway
     URL or the site contradicted; discovery or the pool unreadable), the selected Nodes or the
     pool's nodes unreadable, then, only when the selector selects at least one Node (a selector
     that selects none is refused by the caller first), C(bcd_require_pod_security) with an
-    open namespace, or the namespaces unreadable.
+    open namespace, or the namespaces unreadable, then the API server refusing the dry-run pod
+    (O(daemonset); quoting its reason and naming the fix).
   - Changes nothing. Control-plane calls retry as every bcd module's do, within
     C(bcd_control_plane_timeout); the action plugin prints the retries as they happen.
 options:
@@ -58,6 +67,11 @@ options:
         is C(gpu-operator); other clusters have none to configure.
     type: bool
     default: false
+  daemonset:
+    description:
+      - The rendered DaemonSet (the C(DaemonSet) of the C(objects) M(bcd.kubernetes.bcd_manifests) returns);
+        ask the API server whether it admits a pod of it (RV(admission)).
+    type: dict
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
@@ -176,6 +190,13 @@ cluster_policies:
   returned: O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator)
   type: list
   elements: dict
+admission:
+  description:
+    - With O(daemonset), what M(bcd.kubernetes.bcd_admission) returns as C(admission) (C(probed),
+      C(admitted), C(pod), C(node), C(refusal), C(note)), and C(deferred) - whether the caller asks
+      again once the Namespace is applied. Not returned when no Node is selected.
+  returned: O(daemonset) given and a Node selected
+  type: dict
 requests:
   description: How many requests the run made - C(control_plane), C(kubernetes).
   returned: success
@@ -183,6 +204,11 @@ requests:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission import (
+    describe,
+    probe,
+    refused_message,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
@@ -208,6 +234,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight impor
     node_rows,
     short_of_requests,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import namespace as rendered_namespace
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import leftovers
 
 CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
@@ -246,6 +273,26 @@ def judge_nodes(out, inv) -> dict:
             "warnings_text": short_of_requests(inv, k8s_nodes)}
 
 
+def admission(api, inv, daemonset: dict, nodes: dict, live: dict | None, namespaces: list[dict]) -> dict:
+    """Whether the API server admits a pod of ``daemonset`` (bcd_admission's ``admission``), with
+    ``deferred``: asked again once the Namespace is applied (it does not exist, or it refused and
+    the rendered Namespace sets a label it lacks). Raises Refusal on a refusal that stands."""
+    missing = nodes["missing"]
+    node = missing[0] if missing else next((r["name"] for r in nodes["nodes"]), None)
+    try:
+        found = probe(api, daemonset, node=node, live=live, nodes=nodes["selected"], priority_class=inv.bcd_priority_class_name)
+    except KubeError as exc:
+        raise Refusal(f"asking the API server whether it admits bcd's pod (a dry-run create): {exc}") from None
+    labels = next(((ns.get("metadata") or {}).get("labels") or {} for ns in namespaces
+                   if (ns.get("metadata") or {}).get("name") == inv.bcd_namespace), {})
+    want = rendered_namespace(inv)["metadata"]["labels"]
+    pending = inv.bcd_create_namespace and any(labels.get(key) != v for key, v in want.items())
+    found["deferred"] = not found["probed"] or bool(found["refusal"] and pending)
+    if found["refusal"] and found["refusal"]["fatal"] and not found["deferred"]:
+        raise Refusal(refused_message(inv.bcd_namespace, found), admission=found)
+    return found
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -256,6 +303,7 @@ def main() -> None:
             "cluster": {"type": "str"},
             "run": {"type": "str"},
             "cluster_policies": {"type": "bool", "default": False},
+            "daemonset": {"type": "dict"},
         },
         required_together=[("cluster", "run")],
         supports_check_mode=True,
@@ -267,7 +315,7 @@ def main() -> None:
     cps = [control_plane(module, inv) for _client in range(4 if p["cluster"] else 3)]
     # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
     p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
-    kubes = [kube(module, inv) for _client in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]))]
+    kubes = [kube(module, inv) for _client in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"]))]
     free_cps, free_kubes = list(cps), list(kubes)
     calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
     k_nodes, k_ns = free_kubes.pop(), free_kubes.pop()
@@ -280,6 +328,9 @@ def main() -> None:
     if p["cluster_policies"]:
         k_pol = free_kubes.pop()
         calls["cluster_policies"] = lambda: read_policies(k_pol)
+    if p["daemonset"]:
+        k_ds = free_kubes.pop()
+        calls["daemonset"] = lambda: k_ds.get(path("daemonsets", inv.bcd_name, inv.bcd_namespace))
     out = gather(calls)
 
     def fail(exc: Refusal) -> None:
@@ -304,10 +355,21 @@ def main() -> None:
             pod_security = judge_pod_security(namespaces, inv)
         except Refusal as exc:
             fail(exc)
+    asked = None
+    if nodes["selected"] and p["daemonset"]:
+        try:
+            # after the reads: the pod is for a Node they found (their clients are free again)
+            asked = admission(k_ds, inv, p["daemonset"], nodes, out.take("daemonset"), namespaces)
+        except KubeError as exc:
+            fail(Refusal(f"reading DaemonSet {inv.bcd_namespace}/{inv.bcd_name}: {exc}"))
+        except Refusal as exc:
+            fail(exc)
     # the warnings in the order the separate modules gave them
     for warning in cp_result["warnings_text"] + nodes.pop("warnings_text") + [(pod_security or {}).get("warning")]:
         if warning:
             module.warn(warning)
+    if asked and asked["refusal"] and not asked["deferred"]:
+        module.warn(f"could not foresee whether the API server admits bcd's pods: {describe(asked['refusal'])}")
     result = {"changed": False, "control_plane": cp_result, "nodes": nodes}
     if pod_security is not None:
         result["pod_security"] = {"open_namespaces": pod_security["open_namespaces"], "namespaces": pod_security["namespaces"]}
@@ -329,6 +391,8 @@ def main() -> None:
             result["cluster_policies"] = out.take("cluster_policies")
         except KubeError:
             result["cluster_policies"] = None
+    if asked is not None:
+        result["admission"] = asked
     result["requests"] = {"control_plane": sum(c.requests for c in cps), "kubernetes": sum(k.requests for k in kubes)}
     module.exit_json(**result)
 
