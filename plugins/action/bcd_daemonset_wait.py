@@ -47,6 +47,6 @@ class ActionModule(ActionBase):
             return Step(text=f"waiting for the DaemonSet to roll out: {res['updated']} of {res['desired']} pods updated, "
                              f"{res['available']} available",
                         state=(res["updated"], res["available"], res["desired"]), limit=int(res["timeout"]),
-                        variable=source, extra={"since": res["since"]})
+                        variable=source, extra={"since": res["since"], "refused_at": res.get("refused_at")})
 
         return poll_in_slices(execute, step, progress, first_slice=FIRST_SLICE)

@@ -25,11 +25,20 @@ description:
     config is wrong; the termination message says why; seed 000, Apply), or the pod cannot turn
     Ready (failed, a container crash-looping 3 times, an invalid image). A refused join does not
     heal by waiting, so it is never waited out.
+  - It also follows the DaemonSet's C(FailedCreate) events (core/v1 events of the DaemonSet's uid,
+    which include those recorded through events.k8s.io) by a watch, and fails within seconds when
+    the API server refuses its pods - a ResourceQuota, Pod Security, a ValidatingAdmissionPolicy, an
+    admission webhook, a LimitRange - quoting the API server's reason and naming the fix. Only
+    events last seen since the wait began count (older ones are an earlier run's), and only once
+    the refusal has stood for 6 seconds with pods still missing (a quota that has not yet counted a
+    deleted pod refuses its replacement for a moment). A refusal that heals by itself (a quota's
+    usage or the namespace's ServiceAccount not there yet) is waited out.
   - A pod whose join failed before this wait started (a Node added before its join token
     existed fails for want of a token, then waits out the kubelet's back-off, up to 5 minutes)
     is deleted once, so that the DaemonSet controller replaces it and it joins now; only a join
     that fails during the wait counts as refused.
-  - Fails at O(timeout) with the counts and each Node whose pod is not Ready and its state.
+  - Fails at O(timeout) with the counts, each Node whose pod is not Ready and its state, and the
+    DaemonSet's latest C(FailedCreate) refusal, however old, with its time.
   - Through the action plugin of the same name, prints a progress line (pods updated and
     available of desired, the time waited, the limit and the variable that sets it) when the
     counts changed (at most every O(progress_every) seconds - each line ends a module run, and a
@@ -49,8 +58,13 @@ options:
         until done or O(timeout).
     type: float
   since:
-    description: Internal to the action plugin. When the wait began (RFC 3339); a join that failed before is stale.
+    description:
+      - Internal to the action plugin. When the wait began (RFC 3339); a join that failed before is
+        stale, and so is a C(FailedCreate) event last seen before.
     type: str
+  refused_at:
+    description: Internal to the action plugin. Seconds into the wait when the refusals of RV(refused) were first seen.
+    type: float
   elapsed:
     description: Internal to the action plugin. Seconds waited by earlier runs of the same wait.
     type: float
@@ -94,6 +108,19 @@ failed_nodes:
   returned: always
   type: list
   elements: dict
+refused:
+  description:
+    - The API server's refusals of the DaemonSet's pods, from its C(FailedCreate) events since the wait
+      began, latest first - C(kind) (C(quota), C(pod-security), C(admission-policy), C(webhook),
+      C(limit-range), C(priority-class), C(namespace-terminating), C(forbidden), C(invalid), ...),
+      C(fatal), C(reason) (the API server's words), C(fix), C(at) (when last seen) and C(count).
+  returned: always
+  type: list
+  elements: dict
+refused_at:
+  description: Seconds into the wait when the refusals in RV(refused) were first seen (null when none).
+  returned: success
+  type: float
 restarted:
   description: The uids of the pods deleted because their join had failed before the wait.
   returned: always
@@ -129,9 +156,10 @@ since:
   type: str
 watch:
   description:
-    - What this module run's lists and watches did - C(lists) (the DaemonSet's and the pods', one
-      each, plus C(relists)), C(relists) (after C(410 Gone) or a dropped watch), C(watches) (watch
-      requests), C(events) (changes seen) and C(requests) (Kubernetes API requests in all).
+    - What this module run's lists and watches did - C(lists) (the DaemonSet's, the pods' and the
+      DaemonSet's FailedCreate events', one each, plus C(relists)), C(relists) (after C(410 Gone)
+      or a dropped watch), C(watches) (watch requests), C(events) (changes seen) and C(requests)
+      (Kubernetes API requests in all).
   returned: always
   type: dict
 """
@@ -141,6 +169,13 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission import (
+    Standing,
+    describe,
+    events_query,
+    latest,
+    refusals,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     join_failed_at,
@@ -207,6 +242,7 @@ def main() -> None:
             "since": {"type": "str"},
             "elapsed": {"type": "float", "default": 0},
             "watch_from": {"type": "str"},
+            "refused_at": {"type": "float"},
         },
         supports_check_mode=True,
     )
@@ -227,6 +263,11 @@ def main() -> None:
     first_bad = None
     changed = threading.Event()
     follows: list[Follow] = []
+    event_follow: Follow | None = None
+    refused: list[dict] = []
+    standing = Standing()
+    if module.params["refused_at"] is not None:
+        standing.first = started + module.params["refused_at"]
 
     def watched() -> dict:
         return {"lists": sum(f.lists for f in follows), "relists": sum(f.relists for f in follows),
@@ -238,7 +279,8 @@ def main() -> None:
         module.exit_json(changed=bool(restarted), status=status, waited=round(time.monotonic() - started, 1),
                          restarted=sorted(restarted), done=finished, desired=status["desiredNumberScheduled"],
                          updated=status["updatedNumberScheduled"], available=status["numberAvailable"],
-                         timeout=timeout, since=since, watch=watched(), **kw)
+                         timeout=timeout, since=since, watch=watched(), refused=refused,
+                         refused_at=None if standing.first is None else round(standing.first - started, 1), **kw)
 
     try:
         # The DaemonSet and its pods are listed once, then followed by a watch each (bcd_watch):
@@ -249,7 +291,7 @@ def main() -> None:
         ds_follow.start(run_started, thread=False)  # followed once the limit is known
         ds = next(iter(ds_follow.objects().values()), {})
         if not ds:
-            module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], waited=0.0)
+            module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], refused=[], waited=0.0)
         want = module.params["nodes"] or int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
         timeout = module.params["timeout"] or inv.bcd_rollout_timeout or (120 + 2 * want)
         until = started + timeout
@@ -263,15 +305,20 @@ def main() -> None:
                             keep=slim_pod, changed=changed)
         pod_follow.first_version = module.params["watch_from"]
         follows.append(pod_follow)
+        # the pods the API server refuses never exist: only the DaemonSet's events say so
+        event_follow = Follow(api, path("events", namespace=inv.bcd_namespace), events_query(ds["metadata"]["uid"]),
+                              changed=changed)
+        follows.append(event_follow)
         ds_follow.extend(until + 1)
         ds_follow.start_thread()
         pod_follow.start(until + 1)
+        event_follow.start(until + 1)
         while True:
             for f in follows:
                 f.check()
             ds = next(iter(ds_follow.objects().values()), {})
             if not ds:
-                module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[],
+                module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], refused=refused,
                                  waited=round(time.monotonic() - started, 1))
             if rolled_out(ds):
                 done(failed_nodes=[])
@@ -287,6 +334,17 @@ def main() -> None:
                 restarted_on.add(node_of[meta["uid"]])
                 # the uid precondition never deletes a pod that replaced it meanwhile
                 api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
+            desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+            refused = refusals(list(event_follow.objects().values()), ds["metadata"].get("uid"), since, inv.bcd_namespace,
+                               want, inv.bcd_priority_class_name)
+            standing_refusals = standing.update(refused, missing=len(pods) < desired, now=now)
+            if standing_refusals:
+                lines = "\n".join(f"FailedCreate ({r['count']}x, last at {r['at']}): {describe(r)}" for r in standing_refusals)
+                module.fail_json(
+                    msg=f"{where}: the API server refuses its pods ({len(pods)} of {desired} exist), so the rollout cannot "
+                        f"complete (not waiting out the {timeout}s timeout):\n{lines}",
+                    failed_nodes=[], refused=refused, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
+                    waited=round(time.monotonic() - started, 1), watch=watched())
             bad = cannot_start(pods, since)
             if bad:
                 first_bad = first_bad or now
@@ -309,11 +367,15 @@ def main() -> None:
                 slow = [{"node": n, "pod": p["metadata"]["name"], "why": pod_state(p)}
                         for n, p in sorted(pods.items()) if not pod_ready(p)]
                 lines = "".join(f"\n{s['node']}: pod {s['pod']} not Ready ({s['why']})" for s in slow)
+                last = latest(list(event_follow.objects().values()), ds["metadata"].get("uid"), inv.bcd_namespace, want,
+                              inv.bcd_priority_class_name)
+                if last:
+                    lines += f"\nthe DaemonSet's latest FailedCreate ({last['count']}x, last at {last['at']}): {describe(last)}"
                 module.fail_json(
                     msg=f"{where} did not roll out within {timeout}s: {status.get('numberAvailable') or 0} of "
                         f"{status.get('desiredNumberScheduled') or 0} pods available, "
                         f"{status.get('updatedNumberScheduled') or 0} updated (bcd_rollout_timeout sets the wait){lines}",
-                    failed_nodes=slow, status={k: int(status.get(k) or 0) for k in COUNTS},
+                    failed_nodes=slow, refused=refused, status={k: int(status.get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1), watch=watched())
             counts = tuple(int((ds.get("status") or {}).get(k) or 0) for k in COUNTS)
             first_counts = first_counts or counts
@@ -326,11 +388,13 @@ def main() -> None:
             wake = [started + timeout, run_started + poll_for if poll_for is not None else now + interval * 30]
             if bad:
                 wake.append(first_bad + BAD_GRACE)
+            if standing.due() is not None:
+                wake.append(standing.due())
             if counts != first_counts and poll_for is not None:
                 wake.append(run_started + module.params["progress_every"])
             wait_for_change(changed, max(0.0, min(wake) - time.monotonic()) + 0.01)
     except KubeError as exc:
-        module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[],
+        module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[], refused=refused,
                          waited=round(time.monotonic() - started, 1), watch=watched())
     finally:
         for f in follows:

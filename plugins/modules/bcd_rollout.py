@@ -35,7 +35,11 @@ description:
     in full every max(2 O(interval), 1) seconds, so that a pod that turns Ready and then fails, or a node
     that stops reporting, fails the gate. A pod that cannot turn
     Ready (failed, crash-looping 3 times, an invalid image, its C(bcd join) init container exited
-    non-zero) fails the gate at once. The DaemonSet and its pods are listed once, when the
+    non-zero) fails the gate at once. So does a pod the API server refuses to create - the
+    DaemonSet's C(FailedCreate) events (followed by a watch too) last seen since the stage began say
+    a ResourceQuota, Pod Security, a ValidatingAdmissionPolicy, an admission webhook or a LimitRange
+    refused it, and 6 seconds later the stage's pod is still missing, the gate fails naming the
+    Nodes, quoting the reason and naming the fix. The DaemonSet and its pods are listed once, when the
     run starts, and then followed by a watch from that list's C(resourceVersion)
     (C(allowWatchBookmarks); listed again only on C(410 Gone) or a dropped watch), so the gate
     wakes on each change of a pod or of the DaemonSet and never lists the pods again
@@ -153,7 +157,7 @@ EXAMPLES = r"""
 RETURN = r"""
 watch:
   description:
-    - With C(state=run), what the watches of the DaemonSet and its pods did - C(lists), C(relists)
+    - With C(state=run), what the watches of the DaemonSet, its pods and its FailedCreate events did - C(lists), C(relists)
       (after C(410 Gone) or a dropped watch), C(watches) (watch requests), C(events) (changes
       seen), C(pod_lists) and C(pod_relists) (the pods' alone).
   returned: when O(state=run) got past its first reads
@@ -200,6 +204,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission import (
+    Standing,
+    describe,
+    events_query,
+    refusals,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
     NODE_STATES_REPORTING,
     ControlPlaneError,
@@ -308,6 +318,11 @@ class Rollout:
         self.changed = threading.Event()
         self.follow_pods: Follow | None = None
         self.follow_ds: Follow | None = None
+        # the DaemonSet's FailedCreate events: a pod the API server refuses never exists
+        self.follow_events: Follow | None = None
+        self.events_since: str | None = None  # when the stage (or the rollback) began: older events are stale
+        self.standing = Standing()
+        self.selected_count: int | None = None
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -338,15 +353,17 @@ class Rollout:
                                   keep=slim_pod, changed=self.changed)
         self.follow_pods.first_version = self.p.get("watch_from")
         self.follow_pods.start(until)
+        self.follow_events = Follow(self.kube, path("events", namespace=self.ns), events_query(ds["metadata"]["uid"]),
+                                    changed=self.changed).start(until)
 
     def unfollow(self) -> None:
-        for f in (self.follow_ds, self.follow_pods):
+        for f in (self.follow_ds, self.follow_pods, self.follow_events):
             if f is not None:
                 f.stop()
 
     def watched(self) -> dict:
         """What the watches did: lists, relists (after 410 Gone or a dropped watch), watch requests, events."""
-        fs = [f for f in (self.follow_ds, self.follow_pods) if f is not None]
+        fs = [f for f in (self.follow_ds, self.follow_pods, self.follow_events) if f is not None]
         return {"lists": sum(f.lists for f in fs), "relists": sum(f.relists for f in fs),
                 "watches": sum(f.watches for f in fs), "events": sum(f.events for f in fs),
                 "pod_lists": self.follow_pods.lists if self.follow_pods else 0,
@@ -603,6 +620,9 @@ class Rollout:
         except (KubeError, ControlPlaneError) as exc:
             return dict.fromkeys(nodes, f"cannot check: {exc}"), False, False
         self.listed = pods
+        refused = self.refused(ds, nodes, pods, revision)
+        if refused:
+            return refused, True, True
         problems: dict[str, str] = self.nodes_not_ready(nodes)
         for node in nodes:
             if node in problems:
@@ -617,6 +637,21 @@ class Rollout:
             elif node not in timings:
                 timings[node] = round(time.monotonic() - timings.get("_stage", self.started), 1)
         return problems, False, True
+
+    def refused(self, ds: dict, nodes: list[str], pods: dict[str, dict], revision: str) -> dict[str, str]:
+        """node -> why, for each of ``nodes`` without a pod on ``revision``, once the DaemonSet's
+        FailedCreate events since the stage began say the API server refuses its pods and that has
+        stood for REFUSAL_GRACE seconds with the pods still missing; else {}."""
+        if self.follow_events is None or self.follow_events.error is not None:
+            return {}  # a watch that failed says nothing; the pods' own state still gates
+        found = refusals(list(self.follow_events.objects().values()), ds["metadata"].get("uid"), self.events_since,
+                         self.ns, self.selected_count, self.inv.bcd_priority_class_name)
+        missing = [n for n in nodes if pod_revision(pods.get(n)) != revision]
+        standing = self.standing.update(found, missing=bool(missing))
+        if not standing:
+            return {}
+        why = "; ".join(f"FailedCreate ({r['count']}x, last at {r['at']}): {describe(r)}" for r in standing)
+        return dict.fromkeys(missing, f"the API server refuses its new pod: {why}")
 
     def nodes_not_ready(self, nodes: list[str]) -> dict[str, str]:
         """node -> why, for each of ``nodes`` whose Node is not Ready (or is gone): the pod's
@@ -656,6 +691,7 @@ class Rollout:
         started = time.monotonic()
         deadline = started + self.inv.bcd_rollout_gate_timeout
         soak = self.inv.bcd_rollout_soak
+        self.standing = Standing()
         full_every = max(2 * self.interval, 1.0)
         last_full, last_version, spacing = started, None, full_every
         healthy_since = None  # when every node of the stage was first seen healthy
@@ -721,6 +757,7 @@ class Rollout:
             pods = self.pods(ds)
             self.listed = pods
             nodes = self.selected()
+            self.selected_count = len(nodes)
             baseline = self.cp_nodes(nodes)
             start_images = {n: container_image(p) for n, p in pods.items()}
             to_roll = sorted((n for n, pod in pods.items() if pod_revision(pod) != revision), key=natural)
@@ -741,6 +778,7 @@ class Rollout:
                     pod = self.listed.get(node)
                     if pod is not None and pod_revision(pod) != revision:
                         doomed.append(pod)
+                self.events_since = _rfc3339()
                 self.delete_pods(doomed)
                 rolled += stage["nodes"]
                 problems = self.gate(ds, rolled, revision, target, baseline, timings, expect_updated=already + len(rolled))
@@ -802,6 +840,7 @@ class Rollout:
             ds = self.observed()
             revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
             stale = {node: pod for node, pod in self.pods(ds).items() if pod_revision(pod) != revision}
+            self.events_since = _rfc3339()
             self.delete_pods(list(stale.values()))
             replaced = list(stale)
             out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)

@@ -88,8 +88,8 @@ def test_the_daemonset_wait_lists_once_and_returns_as_the_rollout_completes(sand
     seen.join(10)
     assert code == 0 and result["done"], result
     watched = result["watch"]
-    # the DaemonSet and its pods listed once each, then only watched
-    assert watched["lists"] == 2 and watched["relists"] == 0, watched
+    # the DaemonSet, its pods and its FailedCreate events listed once each, then only watched
+    assert watched["lists"] == 3 and watched["relists"] == 0, watched
     assert watched["watches"] >= 2 and watched["events"] >= 1, watched
     # it learnt of the completed rollout when it happened, not at a later poll
     assert seen.at is not None
@@ -108,7 +108,7 @@ def test_the_daemonset_wait_lists_the_pods_again_after_410_gone(sandbox, cpvars)
                                                      "timeout": 120, "watch_from": "1"})
     assert code == 0 and result["done"], result
     watched = result["watch"]
-    assert watched["relists"] == 1 and watched["lists"] == 3, watched
+    assert watched["relists"] == 1 and watched["lists"] == 4, watched
 
 
 def _task_result(stdout: str, key: str) -> dict:
