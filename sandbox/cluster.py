@@ -234,7 +234,9 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
             f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
             f"--client-ca-file={p / 'ca.crt'}",
             "--authorization-mode=Node,RBAC",
-            # Added to the default set (which includes PodSecurity, ServiceAccount, ...).
+            # Added to the default set, which a real cluster has too: PodSecurity, ServiceAccount,
+            # LimitRanger, ResourceQuota, ValidatingAdmissionPolicy and the webhooks, ... (the tests
+            # of refused pods rely on quota and policy admission being on, as they are there).
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
             f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
