@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     JOIN_CONTAINER,
+    join_failure,
     last_exit,
     pod_ready,
     pod_state,
@@ -108,14 +109,17 @@ def pod_updated(pod: dict, ds: dict | None, revision: str | None = None) -> bool
 def pod_health(pod: dict | None, ds: dict | None = None, revision: str | None = None,
                since: str | None = None) -> str | None:
     """Why the bcd pod of a node is not healthy, or None: no pod, a failure (:func:`pod_failure`),
-    an older pod template than the DaemonSet's (``ds``, ``revision``: see :func:`pod_updated`),
-    or not Ready. Each names the pod and its state."""
+    its join refused (:func:`bcd_kube.join_failure`), an older pod template than the DaemonSet's
+    (``ds``, ``revision``: see :func:`pod_updated`), or not Ready. Each names the pod and its state."""
     if pod is None:
         return "no bcd pod on the Node"
     failing = pod_failure(pod, since)
     if failing:
         return failing
     name = pod["metadata"].get("name")
+    refused = join_failure(pod)
+    if refused:
+        return f"pod {name} not Ready: {refused}"
     if ds is not None and not pod_updated(pod, ds, revision):
         labels = pod["metadata"].get("labels") or {}
         want = revision or f"generation {template_generation(ds)}"

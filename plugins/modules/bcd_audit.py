@@ -288,6 +288,8 @@ def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list
                    "not scheduled yet); adopt-cluster.yml waits for it and says why")
         elif ds is not None and not pod_updated(pod, ds, revision):
             fix = "the last rollout did not complete: rollout.yml (or adopt-cluster.yml) completes it"
+        elif "bcd join exited" in why:
+            fix = "the control plane refused the node's join (its reason above); fix that, then adopt-cluster.yml joins it"
         else:
             fix = (f"kubectl -n {inv.bcd_namespace} logs {pod['metadata']['name']} -c bcd --previous shows why; fix "
                    "the cause on the Node, then adopt-cluster.yml waits for the pod and fails naming it while it stays so")

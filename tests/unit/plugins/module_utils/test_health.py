@@ -101,7 +101,9 @@ def test_a_refused_join_is_the_join_checks_own_not_a_container_failure():
                   init=({"name": "join", "restartCount": 1, "lastState": {"terminated": {
                       "exitCode": 1, "reason": "Error", "message": "Refused: maintenance", "finishedAt": "2026-01-01T00:00:09Z"}},
                          "state": {"waiting": {"reason": "CrashLoopBackOff"}}},))
-    assert container_failure(refused) is None
+    assert container_failure(refused) is None and pod_failure(refused) is None
+    assert pod_health(refused, ds(), "h3") == ("pod bcd-x7k2p not Ready: bcd join exited 1: Refused: maintenance "
+                                               "(CrashLoopBackOff, 1 restart(s))")
     assert fatal(refused) == "pod bcd-x7k2p: bcd join exited 1: Refused: maintenance (CrashLoopBackOff, 1 restart(s))"
 
 
