@@ -165,7 +165,10 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     fatal,
+    generation_seen,
+    newest_revision,
     pods_by_node,
+    revision_hash,
     rolled_out,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
@@ -175,15 +178,16 @@ BAD_GRACE = 6.0
 COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
 
 
-def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None) -> list[dict]:
+def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None, revision: str | None = None) -> list[dict]:
     """``[{node, pod, why}]`` for each pod whose join failed since ``since`` or that cannot turn
     Ready (a join that failed before is stale: see :func:`stale`). A pod of an older template
-    than ``ds``'s is left to the DaemonSet controller, which replaces it: a crash there may be
-    what the new template repairs."""
+    than ``ds``'s (its template generation, or ``revision``, the newest ControllerRevision's
+    hash) is left to the DaemonSet controller, which replaces it: a crash there may be what the
+    new template repairs."""
     out = []
     for node, pod in sorted(pods.items()):
         why = join_failure(pod, since=since)
-        if why is None and join_failure(pod) is None and pod_updated(pod, ds):
+        if why is None and join_failure(pod) is None and pod_updated(pod, ds, revision):
             why = fatal(pod, since)
         if why:
             out.append({"node": node, "pod": pod["metadata"]["name"], "why": f"join refused: {why}" if "bcd join" in why else why})
@@ -233,6 +237,7 @@ def main() -> None:
     restarted_on: set[str] = set()  # the Nodes of the restarted pods
     first_counts = None
     first_bad = None
+    revisions: dict[tuple, str | None] = {}  # (DaemonSet uid, generation) -> its newest revision's hash
     changed = threading.Event()
     follows: list[Follow] = []
 
@@ -295,7 +300,19 @@ def main() -> None:
                 restarted_on.add(node_of[meta["uid"]])
                 # the uid precondition never deletes a pod that replaced it meanwhile
                 api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
-            bad = cannot_start(pods, since, ds)
+            revision = None
+            if generation_seen(ds) and any(not pod_updated(p, ds) and fatal(p, since) for p in pods.values()):
+                # a failing pod of another template generation may still be current by its hash
+                # (an edit undone, a rollback): the controller has made the newest revision once
+                # it has seen the DaemonSet's generation
+                key = (ds["metadata"].get("uid"), ds["metadata"].get("generation"))
+                if key not in revisions:
+                    labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+                    listed = api.list(path("controllerrevisions", namespace=inv.bcd_namespace),
+                                      {"labelSelector": selector(labels) or None})
+                    revisions[key] = revision_hash(newest_revision(listed, key[0]))
+                revision = revisions[key]
+            bad = cannot_start(pods, since, ds, revision)
             if bad:
                 first_bad = first_bad or now
             # A refusal rarely comes alone (the same pin or token for every node): give the

@@ -293,6 +293,8 @@ def test_a_crash_looping_pod_within_the_offline_grace_fails_within_seconds(ready
     assert run.returncode != 0, run.tail()
     assert "nothing to do" not in run.text
     said = f"{node}: pod {pod.metadata.name} not Ready: container bcd waiting: CrashLoopBackOff"
+    # said by the DaemonSet wait itself (the preflight's note names the pod too)
+    assert "1 pod(s) cannot start, so the rollout cannot complete (not waiting out the" in run.text, run.tail()
     assert said in run.text and message in run.text, run.tail()
     assert {t["id"] for t in world.ours()} == before, "no token minted"
     assert tokens_left(world) == 0 and not world.secret_exists()
