@@ -26,6 +26,9 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
     poll_in_slices,
 )
 
+FAILING_FIX = ("The container's last exit quotes what bcd wrote before it exited (kubectl -n {ns} logs <pod> "
+               "-c bcd --previous shows more); fix the cause on the Node and run again.")
+
 
 class ActionModule(ActionBase):
     _supports_check_mode = True
@@ -47,6 +50,7 @@ class ActionModule(ActionBase):
         timeout = args.pop("timeout", None)
         args.pop("wait", None)
         progress = Progress(task_vars.get("inventory_hostname", ""))
+        namespace = self._namespace(args)
         since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         variable = "the timeout option" if timeout else "bcd_join_timeout"
         count = {"polls": 0, "cp_requests": 0, "limit": None}
@@ -54,8 +58,8 @@ class ActionModule(ActionBase):
         def execute(slice_s: float, _extra: dict) -> dict:
             # the first run polls up to PROGRESS_EVERY s, capped at the limit itself (it reads
             # bcd_join_timeout and counts the Nodes); its answer gives the limit for later runs
-            return self._poll({**args, "timeout": timeout, "refusals": True, "since": since}, task_vars, diagnose=False,
-                              poll_for=slice_s, interval=interval)
+            return self._poll({**args, "timeout": timeout, "refusals": True, "pods": True, "since": since}, task_vars,
+                              diagnose=False, poll_for=slice_s, interval=interval)
 
         def step(res: dict, progress: Progress) -> Step:
             count["polls"] += res.get("polls", 1)
@@ -74,9 +78,21 @@ class ActionModule(ActionBase):
                            msg=f"{len(lines)} of {want} selected nodes were refused by the control plane (not waiting "
                                f"out the {limit}s timeout):\n" + "\n".join(lines))
                 return Step(done=res)
-            line = Step(text=f"{have} of {want} nodes report to the control plane", state=have, limit=limit,
-                        variable=variable, margin=interval, pause=interval)
-            if have == want:
+            if res.get("failing"):
+                # a crash-looping or failing pod does not heal by waiting either: fail now, naming
+                # each pod, its state and its container's last exit, whatever the control plane says
+                lines = [f"{name}: {why}" for name, why in sorted(res["failing"].items())]
+                res.update(failed=True, changed=False, polls=count["polls"], cp_requests=count["cp_requests"],
+                           waited=round(progress.elapsed(), 1),
+                           msg=f"{len(lines)} of {want} selected nodes have a failing bcd pod, whatever the control "
+                               f"plane says (not waiting out the {limit}s timeout):\n" + "\n".join(lines)
+                               + "\n" + FAILING_FIX.format(ns=namespace))
+                return Step(done=res)
+            sick = len(res.get("unhealthy") or [])
+            text = f"{have} of {want} nodes report to the control plane"
+            line = Step(text=text + (f", {sick} bcd pod(s) not healthy yet" if sick else ""), state=(have, sick),
+                        limit=limit, variable=variable, margin=interval, pause=interval)
+            if have == want and not sick:
                 res.update(changed=False, polls=count["polls"], cp_requests=count["cp_requests"],
                            waited=round(progress.elapsed(), 1))
                 line.done = res
@@ -86,19 +102,31 @@ class ActionModule(ActionBase):
 
         return poll_in_slices(execute, step, progress, first_slice=PROGRESS_EVERY)
 
+    @staticmethod
+    def _namespace(args: dict) -> str:
+        config = args.get("config")
+        return str((config.get("bcd_namespace") if isinstance(config, dict) else None) or "bcd-system")
+
     def _final(self, args: dict, task_vars: dict, count: dict, limit: int) -> dict:
-        """The wait's limit is reached: one more read, with each missing Node's reason."""
-        final = self._poll(args, task_vars, diagnose=True)
+        """The wait's limit is reached: one more read, with each missing Node's reason and each pod
+        that is not healthy."""
+        final = self._poll({**args, "pods": True}, task_vars, diagnose=True)
         if final.get("failed"):
             return final
         polls, cp_requests = count["polls"] + 1, count["cp_requests"] + final.get("cp_requests", 0)
-        if final["reporting"] == final["selected"]:
+        sick = final.get("unhealthy") or []
+        if final["reporting"] == final["selected"] and not sick:
             final.update(changed=False, polls=polls, cp_requests=cp_requests)
             return final
         lines = [f"{n['name']}: {n.get('why', 'does not report')}" for n in final["nodes"] if not n["reporting"]]
-        final.update(
-            failed=True, changed=False, polls=polls, cp_requests=cp_requests,
-            msg=f"{final['selected'] - final['reporting']} of {final['selected']} selected nodes did not report "
-                f"within {limit}s:\n" + "\n".join(lines),
-        )
+        msg = []
+        if lines:
+            msg.append(f"{final['selected'] - final['reporting']} of {final['selected']} selected nodes did not report "
+                       f"within {limit}s:\n" + "\n".join(lines))
+        reporting_sick = [u for u in sick if u["node"] not in final["missing"]]
+        if reporting_sick:
+            msg.append(f"{len(reporting_sick)} of {final['selected']} selected nodes report, but their bcd pod is not "
+                       f"healthy after {limit}s:\n" + "\n".join(f"{u['node']}: {u['why']}" for u in reporting_sick)
+                       + "\n" + FAILING_FIX.format(ns=self._namespace(args)))
+        final.update(failed=True, changed=False, polls=polls, cp_requests=cp_requests, msg="\n".join(msg))
         return final

@@ -265,6 +265,23 @@ def pod_ready(pod: dict | None) -> bool:
     return pod is not None and condition(pod, "Ready") == "True"
 
 
+def last_exit(cs: dict) -> str | None:
+    """How the container last exited, from its current ``state.terminated`` (a non-zero exit)
+    or else ``lastState.terminated``: ``exit 1 (Error) at <time>: <termination message>``."""
+    term = ((cs.get("state") or {}).get("terminated") or {})
+    if not term.get("exitCode"):
+        term = (cs.get("lastState") or {}).get("terminated") or {}
+    if not term:
+        return None
+    text = f"exit {term.get('exitCode', '?')}"
+    if term.get("reason"):
+        text += f" ({term['reason']})"
+    if term.get("finishedAt"):
+        text += f" at {term['finishedAt']}"
+    message = " ".join(str(term.get("message") or "").split())
+    return text + (f": {message}" if message else "")
+
+
 def pod_state(pod: dict, container: str = "bcd") -> str:
     """Why a pod is not Ready, in a few words: its phase, then each waiting or failed container
     (reason and message), and ``container`` when it runs but is not ready."""
@@ -278,7 +295,9 @@ def pod_state(pod: dict, container: str = "bcd") -> str:
         st = cs.get("state") or {}
         if st.get("waiting"):
             w = st["waiting"]
-            parts.append(f"{cs.get('name')} waiting: {w.get('reason')}" + (f" - {w['message']}" if w.get("message") else ""))
+            last = last_exit(cs) if w.get("reason") == "CrashLoopBackOff" else None
+            parts.append(f"{cs.get('name')} waiting: {w.get('reason')}" + (f" - {w['message']}" if w.get("message") else "")
+                         + (f" (last {last})" if last else ""))
         elif st.get("terminated") and st["terminated"].get("exitCode"):
             t = st["terminated"]
             parts.append(f"{cs.get('name')} exited {t['exitCode']}" + (f": {t['reason']}" if t.get("reason") else ""))

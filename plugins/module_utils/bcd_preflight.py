@@ -195,6 +195,25 @@ def short_of_requests(inv, nodes: dict[str, dict]) -> list[str]:
     return out
 
 
+def by_hostname(cp_nodes, wanted) -> dict[str, dict]:
+    """Hostname -> the pool's node (nodes.list) for each hostname in ``wanted``. A node that left
+    the pool (``removed``) counts only when no other node has that hostname: a host that joined
+    again after nodes.remove is a new node, and that one is the host's."""
+    out: dict[str, dict] = {}
+    for node in cp_nodes:
+        name = node.get("hostname")
+        if name in wanted and (name not in out or out[name].get("state") == "removed"):
+            out[name] = node
+    return out
+
+
+def to_join(rows: list[dict]) -> list[str]:
+    """The names of the rows (:func:`node_rows`) whose Node has no bcd node in the pool, or only
+    one that left it (``removed``): the Nodes a join token is for. A Node that joined (any other
+    state, ``offline`` too) keeps its identity on the host and joins again without a token."""
+    return [r["name"] for r in rows if r.get("state") in (None, "removed")]
+
+
 def node_rows(k8s_nodes: dict[str, dict], known: dict[str, dict]) -> list[dict]:
     """One row per selected Node (``k8s_nodes``: name -> slim Node), sorted by name, with its bcd
     node from ``known`` (hostname -> the pool's node, nodes.list): name, id (else the Node's

@@ -20,9 +20,13 @@ import copy
 import json
 import math
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import pod_failure
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     join_failure,
+    path,
     pod_state,
+    selector,
+    slim_pod,
     target_node,
 )
 
@@ -32,9 +36,6 @@ BCD_CONTAINER = "bcd"
 INFORMATIONAL_CONDITIONS = frozenset({"HostManagedExternally"})
 # Node conditions that say something is wrong while not "True".
 POSITIVE_CONDITIONS = frozenset({"Ready", "Reporting"})
-# Container waiting reasons that will not heal by waiting (the gate fails at once).
-FATAL_WAITING = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull"})
-CRASHLOOP_RESTARTS = 3
 
 
 # --- the previous render ----------------------------------------------------------------------
@@ -208,26 +209,38 @@ def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, di
     return out
 
 
+def pod_side(kube, namespace: str, name: str) -> tuple[dict | None, str | None, dict[str, dict]]:
+    """What the cluster shows of bcd's pods, read now: the DaemonSet (None when absent), the hash
+    of its newest ControllerRevision (its current pod template) and Node name -> its pod
+    (:func:`pods_by_node`, slim). Three requests through ``kube`` (bcd_kube.Kube); raises KubeError."""
+    ds = kube.get(path("daemonsets", name, namespace))
+    if ds is None:
+        return None, None, {}
+    labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+    query = {"labelSelector": selector(labels) or None}
+    revisions = kube.list(path("controllerrevisions", namespace=namespace), query)
+    revision = revision_hash(newest_revision(revisions, ds["metadata"]["uid"]))
+    pods = kube.list(path("pods", namespace=namespace), query, keep=slim_pod)
+    return ds, revision, pods_by_node(pods, ds["metadata"]["uid"])
+
+
 def pod_revision(pod: dict | None) -> str | None:
     return ((pod or {}).get("metadata") or {}).get("labels", {}).get(REVISION_LABEL)
 
 
-def fatal(pod: dict) -> str | None:
-    """Why waiting for ``pod`` to turn Ready is pointless, or None: a failed pod, a container
-    waiting for a reason that does not heal, crash-looping (restarted 3 times or more), or its
-    ``bcd join`` init container exited non-zero (the control plane refused the node)."""
+def fatal(pod: dict, since: str | None = None) -> str | None:
+    """Why waiting for ``pod`` to turn Ready is pointless, or None: a failed pod, its ``bcd join``
+    init container exited non-zero (the control plane refused the node), or a container failing
+    (:func:`bcd_health.pod_failure`: crash-looping from its first restart, a non-zero exit, a
+    waiting reason that does not heal, or with ``since`` a restart since then), named with its
+    last exit and termination message."""
     status = pod.get("status") or {}
     if status.get("phase") == "Failed":
         return f"pod {pod['metadata']['name']} failed ({status.get('reason') or pod_state(pod)})"
     refused = join_failure(pod)
     if refused:
         return f"pod {pod['metadata']['name']}: {refused}"
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        if reason in FATAL_WAITING or (reason == "CrashLoopBackOff" and int(cs.get("restartCount") or 0) >= CRASHLOOP_RESTARTS):
-            return f"pod {pod['metadata']['name']}: {cs.get('name')} {reason}" + (f" - {waiting['message']}" if waiting.get("message") else "")
-    return None
+    return pod_failure(pod, since)
 
 
 # --- the control plane's view -------------------------------------------------------------------

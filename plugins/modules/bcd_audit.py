@@ -34,6 +34,14 @@ description:
     bcd namespace."
   - "C(reporting) per selected Node - its bcd node C(adopting), C(ready) or C(draining) in
     C(nodes.list), with its conditions."
+  - "C(pod) per selected Node - its bcd pod, as the cluster shows it, whatever the control plane
+    says (which counts a node C(adopting) for its offline grace after bcd stopped reporting): Ready,
+    on the DaemonSet's current pod template (its newest ControllerRevision), no container waiting
+    in C(CrashLoopBackOff) (or another reason that does not heal) or terminated with a non-zero
+    exit code (C(Error)), none restarted during the audit. A failure names the pod, its state and
+    the container's last exit (C(lastState.terminated) - exit code, reason, termination message).
+    A Ready pod of an older template under updateStrategy C(OnDelete) passes with a warning (it is
+    replaced only when deleted; C(drift-daemonset) reports the strategy)."
   - "C(pod-security) - namespaces other than bcd's and C(bcd_privileged_namespaces) whose pods may
     run privileged (no C(pod-security.kubernetes.io/enforce) label, or C(privileged)); a failure
     with C(bcd_require_pod_security), else a passing check with a warning, as adopt-cluster.yml does."
@@ -107,6 +115,11 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
     ControlPlaneError,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import cluster_policy_findings
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import (
+    healthy_text,
+    pod_health,
+    pod_updated,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
@@ -118,6 +131,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     label_selector,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pod_side
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import DESCRIPTION_RE
 
 # The ClusterPolicy field each isolation finding is about (where its field manager is looked up).
@@ -249,9 +263,44 @@ def result(cluster: str, check: str, node: str, ok: bool, message: str, warning:
     return {"cluster": cluster, "check": check, "node": node, "ok": ok, "message": message, "warning": warning}
 
 
+def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list[dict]:
+    """Check ``pod`` for each selected Node: its bcd pod healthy (module_utils/bcd_health.py),
+    whatever the control plane says."""
+    ds, revision, by_node = pod_side(core, inv.bcd_namespace, inv.bcd_name)
+    where = f"DaemonSet {inv.bcd_namespace}/{inv.bcd_name}"
+    on_delete = ((ds or {}).get("spec") or {}).get("updateStrategy", {}).get("type") == "OnDelete"
+    out = []
+    for name in selected:
+        pod = by_node.get(name)
+        why = pod_health(pod, ds, revision, since)
+        if why is None:
+            out.append(result(cluster, "pod", name, True, f"{name}: {healthy_text(pod)}"))
+            continue
+        if pod is not None and on_delete and pod_health(pod, since=since) is None:
+            # an older template with updateStrategy OnDelete stays until its pod is deleted (the
+            # drift-daemonset check reports the strategy): a note, not a failure of the pod
+            out.append(result(cluster, "pod", name, True, f"{name}: {healthy_text(pod)}; {why} (updateStrategy OnDelete: "
+                              "replaced only when deleted; rollout.yml rolls it)", warning=True))
+            continue
+        if pod is None:
+            fix = (f"{where} does not exist: adopt-cluster.yml creates it" if ds is None else
+                   f"{where} has no pod there (the Node does not match its selector, a taint it does not tolerate, or "
+                   "not scheduled yet); adopt-cluster.yml waits for it and says why")
+        elif ds is not None and not pod_updated(pod, ds, revision):
+            fix = "the last rollout did not complete: rollout.yml (or adopt-cluster.yml) completes it"
+        elif "bcd join exited" in why:
+            fix = "the control plane refused the node's join (its reason above); fix that, then adopt-cluster.yml joins it"
+        else:
+            fix = (f"kubectl -n {inv.bcd_namespace} logs {pod['metadata']['name']} -c bcd --previous shows why; fix "
+                   "the cause on the Node, then adopt-cluster.yml waits for the pod and fails naming it while it stays so")
+        out.append(result(cluster, "pod", name, False, f"{name}: {why}; fix: {fix}"))
+    return out
+
+
 def run(module, inv, cp, core) -> list[dict]:
     p = module.params
     cluster = p["cluster"]
+    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = [drift(core, obj, cluster) for obj in p["objects"] if obj.get("kind") in ("Namespace", "ConfigMap", "DaemonSet")]
     if inv.bcd_nvidia_toolkit.preset == "gpu-operator":
         out.append(clusterpolicy(core, cluster))
@@ -275,8 +324,9 @@ def run(module, inv, cp, core) -> list[dict]:
                       "adopt-cluster.yml deletes it, or delete it now" if found else
                       f"no join-token Secret {inv.bcd_namespace}/{secret.name}"))
 
-    # Every selected node reporting, with bcd's conditions; GPU isolation per node.
+    # Every selected node reporting, with bcd's conditions, and its bcd pod healthy; GPU isolation per node.
     selected = sorted(n["metadata"]["name"] for n in core.list(path("nodes"), {"labelSelector": label_selector(inv) or None}))
+    out.extend(pod_checks(core, inv, cluster, selected, since))
     cp_nodes = {n.get("hostname"): n for n in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool) if n.get("state") != "removed"}
     verdicts = {n["name"]: n for n in (p["isolation"].get("nodes") or [])}
     for name in selected:

@@ -20,11 +20,16 @@ description:
     when it happens and never lists the pods again to find one; it lists again only when the
     server answers C(410 Gone) (the resourceVersion is too old) or the watch drops
     (U(https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes)).
-  - While it waits it fails at once, naming each Node, when a pod cannot start -
+  - While it waits it fails at once, naming each Node and its pod, when a pod cannot start -
     its C(bcd join) init container exited non-zero (the control plane refused the node, or the
-    config is wrong; the termination message says why; seed 000, Apply), or the pod cannot turn
-    Ready (failed, a container crash-looping 3 times, an invalid image). A refused join does not
-    heal by waiting, so it is never waited out.
+    config is wrong; the termination message says why; seed 000, Apply), or a pod of the
+    DaemonSet's current template cannot turn Ready or fails - the pod failed, a container waits in
+    C(CrashLoopBackOff) (from its first restart) or for another reason that does not heal (an
+    invalid image), exited non-zero (C(Error)), or restarted since the wait began. The failure
+    quotes the container's last exit (C(lastState.terminated) - exit code, reason and termination
+    message). Neither heals by waiting, so neither is waited out. A failing pod of an older
+    template is left to the DaemonSet controller, which replaces it (the new template may be the
+    repair).
   - It also follows the DaemonSet's C(FailedCreate) events (core/v1 events of the DaemonSet's uid,
     which include those recorded through events.k8s.io) by a watch, and fails within seconds when
     the API server refuses its pods - a ResourceQuota, Pod Security, a ValidatingAdmissionPolicy, an
@@ -176,6 +181,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission impor
     latest,
     refusals,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import pod_updated
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     join_failed_at,
@@ -194,7 +200,10 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     fatal,
+    generation_seen,
+    newest_revision,
     pods_by_node,
+    revision_hash,
     rolled_out,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
@@ -204,14 +213,17 @@ BAD_GRACE = 6.0
 COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
 
 
-def cannot_start(pods: dict[str, dict], since: str) -> list[dict]:
+def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None, revision: str | None = None) -> list[dict]:
     """``[{node, pod, why}]`` for each pod whose join failed since ``since`` or that cannot turn
-    Ready (a join that failed before is stale: see :func:`stale`)."""
+    Ready (a join that failed before is stale: see :func:`stale`). A pod of an older template
+    than ``ds``'s (its template generation, or ``revision``, the newest ControllerRevision's
+    hash) is left to the DaemonSet controller, which replaces it: a crash there may be what the
+    new template repairs."""
     out = []
     for node, pod in sorted(pods.items()):
         why = join_failure(pod, since=since)
-        if why is None and join_failure(pod) is None:
-            why = fatal(pod)
+        if why is None and join_failure(pod) is None and pod_updated(pod, ds, revision):
+            why = fatal(pod, since)
         if why:
             out.append({"node": node, "pod": pod["metadata"]["name"], "why": f"join refused: {why}" if "bcd join" in why else why})
     return out
@@ -261,6 +273,7 @@ def main() -> None:
     restarted_on: set[str] = set()  # the Nodes of the restarted pods
     first_counts = None
     first_bad = None
+    revisions: dict[tuple, str | None] = {}  # (DaemonSet uid, generation) -> its newest revision's hash
     changed = threading.Event()
     follows: list[Follow] = []
     event_follow: Follow | None = None
@@ -345,7 +358,19 @@ def main() -> None:
                         f"complete (not waiting out the {timeout}s timeout):\n{lines}",
                     failed_nodes=[], refused=refused, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1), watch=watched())
-            bad = cannot_start(pods, since)
+            revision = None
+            if generation_seen(ds) and any(not pod_updated(p, ds) and fatal(p, since) for p in pods.values()):
+                # a failing pod of another template generation may still be current by its hash
+                # (an edit undone, a rollback): the controller has made the newest revision once
+                # it has seen the DaemonSet's generation
+                key = (ds["metadata"].get("uid"), ds["metadata"].get("generation"))
+                if key not in revisions:
+                    labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+                    listed = api.list(path("controllerrevisions", namespace=inv.bcd_namespace),
+                                      {"labelSelector": selector(labels) or None})
+                    revisions[key] = revision_hash(newest_revision(listed, key[0]))
+                revision = revisions[key]
+            bad = cannot_start(pods, since, ds, revision)
             if bad:
                 first_bad = first_bad or now
             # A refusal rarely comes alone (the same pin or token for every node): give the
@@ -354,12 +379,14 @@ def main() -> None:
             # a node whose pod was just restarted has none until its replacement comes: wait for it too
             waiting_on = [n for n in set(pods) | restarted_on if n not in named and not pod_ready(pods.get(n))]
             if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
-                lines = "\n".join(f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
+                lines = "\n".join(f"{b['node']}: {b['why']}" if b["why"].startswith(f"pod {b['pod']} ")
+                                   else f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
                 module.fail_json(
                     msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
                         f"out the {timeout}s timeout):\n{lines}\nFix the cause (a refused join names the "
-                        "control plane's reason: pins, site or gateway in the inventory, or the token) and run "
-                        "again.",
+                        "control plane's reason: pins, site or gateway in the inventory, or the token; a failing "
+                        "container's last exit quotes what bcd wrote before it exited, and kubectl -n "
+                        f"{inv.bcd_namespace} logs <pod> -c bcd --previous shows more) and run again.",
                     failed_nodes=bad, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1), watch=watched())
             if late:

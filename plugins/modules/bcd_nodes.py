@@ -20,9 +20,14 @@ description:
     join refused and its reason (the pod's Warning events; the node's conditions in
     C(nodes.list)).
   - With O(wait) (through the action plugin of the same name) polls until every selected Node
-    reports or O(timeout) passes, printing progress (n of N) as nodes arrive, then fails naming
-    each Node that did not report and why. A refused join (see O(refusals)) fails the wait
-    within seconds, naming each refused Node and the reason, instead of waiting out the timeout.
+    reports and has a healthy bcd pod (O(pods)) or O(timeout) passes, printing progress (n of N)
+    as nodes arrive, then fails naming each Node that did not report or whose pod is not healthy,
+    and why. A refused join (see O(refusals)) or a failing pod (a container crash-looping, exited
+    non-zero or restarted during the wait) fails the wait within seconds, naming each Node, its
+    pod and the reason, instead of waiting out the timeout.
+  - Returns RV(to_join), the selected Nodes a join token is for - those with no bcd node in the
+    pool (or only a C(removed) one). A Node that joined, in any other state (C(offline) too), keeps
+    its identity and joins again without a token.
   - Without O(wait) or O(diagnose), warns about each selected Node whose allocatable CPU or
     memory is below C(bcd_resources.requests) (the scheduler cannot place bcd's pod there).
   - A bcd pod the scheduler cannot place is named with the scheduler's reason (its
@@ -77,8 +82,25 @@ options:
     type: bool
     default: false
   since:
-    description: With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
+    description:
+      - With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
+      - With O(pods), a container restarted at or after this time is a failure (a restart during the run).
     type: str
+  pods:
+    description:
+      - Also judge each selected Node's bcd pod (RV(unhealthy), RV(failing)) - a Node is healthy only
+        when both sides say so, its bcd node reporting and its pod Ready, on the DaemonSet's current
+        pod template, with no container waiting in C(CrashLoopBackOff) (or another reason that does
+        not heal), exited non-zero (C(Error)) or restarted since O(since). The control plane counts
+        a node C(adopting) for its offline grace after bcd stopped reporting; the pod shows a crash
+        at once.
+      - With O(refusals), the pods are those the watch follows (the current pod template is left
+        to the DaemonSet wait); a failing pod ends the polling at once, as a refused join does,
+        and the O(wait) action plugin fails naming it, its state and its container's last exit.
+        The O(wait) action plugin sets this, and waits until every selected Node reports and has
+        a healthy pod.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.control_plane
@@ -120,7 +142,7 @@ nodes:
       description: Whether it reports (adopting, ready or draining).
       type: bool
     why:
-      description: With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused).
+      description: With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused); with O(pods), why its bcd pod is not healthy.
       type: str
     conditions:
       description: The bcd node's conditions in nodes.list.
@@ -142,6 +164,28 @@ refused:
   description: With O(refusals), Node name -> why its join was refused.
   returned: success
   type: dict
+to_join:
+  description:
+    - The selected Nodes that have no bcd node in the pool, or only one that left it (C(removed)) - those
+      a join token is for (names). A subset of RV(missing).
+  returned: success
+  type: list
+  elements: str
+unhealthy:
+  description:
+    - With O(pods), C([{node, pod, why}]) for each selected Node whose bcd pod is not healthy (no pod,
+      not Ready, an older pod template, a failing container), whatever the control plane says;
+      C(pod) is null when there is none.
+  returned: success
+  type: list
+  elements: dict
+failing:
+  description:
+    - With O(pods), Node name -> why, for each selected Node whose bcd pod fails in a way waiting does
+      not heal (crash-looping, exited non-zero, restarted since O(since), failed) - the pod, its
+      state and the container's last exit.
+  returned: success
+  type: dict
 cluster:
   description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
   returned: success
@@ -161,6 +205,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
     NODE_STATES_REPORTING,
     ControlPlaneError,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import failing_pods, unhealthy_pods
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     Kube,
     KubeError,
@@ -183,8 +228,13 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     kube,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import node_rows, short_of_requests
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pods_by_node
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import (
+    by_hostname,
+    node_rows,
+    short_of_requests,
+    to_join,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pod_side, pods_by_node
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
 
 # Poll spacing (poll_spacing): interval x missing/100, within these factors of interval.
@@ -301,6 +351,7 @@ def main() -> None:
             "progress_every": {"type": "float", "default": 30},
             "refusals": {"type": "bool", "default": False},
             "since": {"type": "str"},
+            "pods": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -324,6 +375,9 @@ def main() -> None:
     limit = module.params["timeout"] or inv.bcd_join_timeout or (300 + 2 * len(names))
     poll_for = min(module.params["poll_for"], limit - interval)
     refused: dict[str, str] = {}
+    judge_pods = module.params["pods"] and bool(names)
+    unhealthy: list[dict] = []
+    failing: dict[str, str] = {}
     # The bcd pods (for refused joins) are listed once, then followed by a watch: a refusal is
     # seen when the pod's join fails, without listing every pod again.
     changed = threading.Event()
@@ -336,16 +390,14 @@ def main() -> None:
             module.fail_json(msg=f"listing the bcd pods: {exc}")
 
     def finished(elapsed: float) -> bool:
-        return bool(have == len(names) or refused or elapsed + min(interval, POLL_MIN) > poll_for
+        return bool((have == len(names) and not unhealthy) or refused or failing
+                    or elapsed + min(interval, POLL_MIN) > poll_for
                     or (have != first and elapsed >= module.params["progress_every"]))
 
     try:
         while True:
-            known = {}
             try:
-                for node in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool):
-                    if node.get("hostname") in wanted:
-                        known[node["hostname"]] = node
+                known = by_hostname(cp.list_nodes(inv.bcd_tenant, inv.bcd_pool), wanted)
             except ControlPlaneError as exc:
                 module.fail_json(msg=f"listing the pool's nodes: {exc}")
             polls += 1
@@ -358,7 +410,12 @@ def main() -> None:
                         pod_follow.check()
                     except KubeError as exc:
                         module.fail_json(msg=f"listing the bcd pods: {exc}")
-                    refused = refused_joins(list(pod_follow.objects().values()), names, known, module.params["since"])
+                    followed = list(pod_follow.objects().values())
+                    refused = refused_joins(followed, names, known, module.params["since"])
+                    if judge_pods:
+                        by_node = pods_by_node(followed)
+                        unhealthy = unhealthy_pods(names, by_node, since=module.params["since"])
+                        failing = failing_pods([n for n in names if n not in refused], by_node, module.params["since"])
                 if finished(time.monotonic() - started):
                     break
                 left = min(next_poll, started + poll_for) - time.monotonic()
@@ -373,6 +430,14 @@ def main() -> None:
             pod_follow.stop()
     out = node_rows(k8s_nodes, known)
     missing = [o["name"] for o in out if not o["reporting"]]
+    if judge_pods and pod_follow is None:
+        # read now, with the DaemonSet's current pod template (its newest ControllerRevision)
+        try:
+            ds, revision, by_node = pod_side(kube_api, inv.bcd_namespace, inv.bcd_name)
+        except KubeError as exc:
+            module.fail_json(msg=f"listing the bcd pods: {exc}")
+        unhealthy = unhealthy_pods(names, by_node, ds, revision, module.params["since"])
+        failing = failing_pods(names, by_node, module.params["since"])
     if module.params["diagnose"]:
         # a node that still reports, though the join of its current pod was refused: it goes
         # offline soon; the report says so rather than show it as fine
@@ -394,8 +459,13 @@ def main() -> None:
     for o in out:
         if o["name"] in refused:
             o["why"] = refused[o["name"]]
+    # a Node whose pod is not healthy is not, whatever the control plane says (its offline grace)
+    for u in unhealthy:
+        row = next(o for o in out if o["name"] == u["node"])
+        if not row.get("why"):
+            row["why"] = (f"reports for now, but {u['why']}" if row["reporting"] else u["why"])
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
-                     refused=refused, join_timeout=inv.bcd_join_timeout, polls=polls, cluster=kube_api.source,
+                     to_join=to_join(out), unhealthy=unhealthy, failing=failing, refused=refused, join_timeout=inv.bcd_join_timeout, polls=polls, cluster=kube_api.source,
                      cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 

@@ -25,6 +25,12 @@ description:
   - The Nodes C(bcd_node_selector) selects and which of them report to the control plane
     (RV(nodes); C(nodes.list), every page, matched by hostname = Node name); warns about each
     Node whose allocatable CPU or memory is below C(bcd_resources.requests).
+  - Each selected Node's bcd pod (RV(nodes.unhealthy); the DaemonSet, its newest
+    ControllerRevision and its pods) - a Node is healthy only when its pod is Ready, on the
+    DaemonSet's current pod template, with no container crash-looping or exited non-zero, whatever
+    the control plane says (it counts a node C(adopting) for its offline grace after bcd stopped
+    reporting). And the Nodes a join token is for (RV(nodes.to_join)) - those with no bcd node in
+    the pool (or only a C(removed) one); a Node that joined, in any other state, joins again without.
   - The namespaces' Pod Security labels (RV(pod_security); seed 000, Host paths and Pod Security).
   - With O(cluster) and O(run), the join tokens and the join-token Secret an interrupted earlier
     run on this cluster left behind (RV(leftovers)), read only. Not finding out is not a failure
@@ -140,6 +146,22 @@ nodes:
       description: The names of the selected Nodes that do not report.
       type: list
       elements: str
+    to_join:
+      description:
+        - The names of the selected Nodes with no bcd node in the pool, or only one that left it (C(removed)) -
+          those a join token is for. A Node that joined (adopting, ready, draining, offline) keeps its identity.
+      type: list
+      elements: str
+    unhealthy:
+      description:
+        - C([{node, pod, why}]) for each selected Node whose bcd pod is not healthy - no pod, not Ready, an older
+          pod template than the DaemonSet's, a container crash-looping or exited non-zero (its last exit quoted);
+          C(pod) is null when there is none.
+      type: list
+      elements: dict
+    failing:
+      description: Node name -> why, for those of RV(nodes.unhealthy) whose pod fails in a way waiting does not heal.
+      type: dict
     cluster:
       description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
       type: str
@@ -210,6 +232,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission impor
     refused_message,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import failing_pods, unhealthy_pods
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     path,
@@ -226,6 +249,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight import (
     Refusal,
+    by_hostname,
     control_plane_calls,
     gather,
     judge_control_plane,
@@ -233,8 +257,10 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_preflight impor
     list_namespaces,
     node_rows,
     short_of_requests,
+    to_join,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import namespace as rendered_namespace
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pod_side
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import leftovers
 
 CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
@@ -257,18 +283,30 @@ def read_policies(k) -> list[dict] | None:
 
 
 def judge_nodes(out, inv) -> dict:
-    """The selected Nodes and which of them report: bcd_nodes' result. Raises Refusal."""
+    """The selected Nodes and which of them report: bcd_nodes' result, with each Node's bcd pod
+    judged (bcd_nodes O(pods)). Raises Refusal."""
     try:
         k8s_nodes = {n["metadata"]["name"]: n for n in out.take("k8s_nodes")}
     except KubeError as exc:
         raise Refusal(f"listing the selected Nodes: {exc}") from None
     try:
-        known = {n["hostname"]: n for n in out.take("cp_nodes") if n.get("hostname") in k8s_nodes}
+        known = by_hostname(out.take("cp_nodes"), set(k8s_nodes))
     except ControlPlaneError as exc:
         raise Refusal(f"listing the pool's nodes: {exc}") from None
+    try:
+        ds, revision, by_node = out.take("pods")
+    except KubeError as exc:
+        raise Refusal(f"listing the bcd pods: {exc}") from None
     rows = node_rows(k8s_nodes, known)
     missing = [r["name"] for r in rows if not r["reporting"]]
+    unhealthy = unhealthy_pods(sorted(k8s_nodes), by_node, ds, revision)
+    for u in unhealthy:
+        row = next(r for r in rows if r["name"] == u["node"])
+        if row["reporting"]:
+            # a Node whose pod is not healthy is not, whatever the control plane says (its offline grace)
+            row["why"] = f"reports for now, but {u['why']}"
     return {"nodes": rows, "selected": len(rows), "reporting": len(rows) - len(missing), "missing": missing,
+            "to_join": to_join(rows), "unhealthy": unhealthy, "failing": failing_pods(sorted(k8s_nodes), by_node),
             "refused": {}, "polls": 1, "join_timeout": inv.bcd_join_timeout,
             "warnings_text": short_of_requests(inv, k8s_nodes)}
 
@@ -315,13 +353,15 @@ def main() -> None:
     cps = [control_plane(module, inv) for _client in range(4 if p["cluster"] else 3)]
     # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
     p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
-    kubes = [kube(module, inv) for _client in range(2 + bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"]))]
+    kubes = [kube(module, inv) for _client in range(3 + bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"]))]
     free_cps, free_kubes = list(cps), list(kubes)
     calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
     k_nodes, k_ns = free_kubes.pop(), free_kubes.pop()
     calls["k8s_nodes"] = lambda: k_nodes.list(path("nodes"), {"labelSelector": selector(inv.bcd_node_selector) or None},
                                               keep=slim_node)
     calls["namespaces"] = lambda: list_namespaces(k_ns)
+    k_pods = free_kubes.pop()
+    calls["pods"] = lambda: pod_side(k_pods, inv.bcd_namespace, inv.bcd_name)
     if p["cluster"]:
         cp_left, k_left = free_cps.pop(), free_kubes.pop()
         calls["leftovers"] = lambda: leftovers(cp_left, k_left, inv, p["cluster"], p["run"])

@@ -34,8 +34,10 @@ description:
     C(bcd_rollout_soak) seconds (default 30, the same as the DaemonSet's C(minReadySeconds)), checked
     in full every max(2 O(interval), 1) seconds, so that a pod that turns Ready and then fails, or a node
     that stops reporting, fails the gate. A pod that cannot turn
-    Ready (failed, crash-looping 3 times, an invalid image, its C(bcd join) init container exited
-    non-zero) fails the gate at once. So does a pod the API server refuses to create - the
+    Ready or fails (failed, a container in C(CrashLoopBackOff) from its first restart, exited
+    non-zero, restarted during the run, an invalid image, its C(bcd join) init container exited
+    non-zero) fails the gate at once, naming the pod and quoting the container's last exit.
+    So does a pod the API server refuses to create - the
     DaemonSet's C(FailedCreate) events (followed by a watch too) last seen since the stage began say
     a ResourceQuota, Pod Security, a ValidatingAdmissionPolicy, an admission webhook or a LimitRange
     refused it, and 6 seconds later the stage's pod is still missing, the gate fails naming the
@@ -628,7 +630,8 @@ class Rollout:
             if node in problems:
                 continue  # a Node that is not Ready is never healthy, whatever its pod says
             pod = pods.get(node)
-            why = (fatal(pod) if pod is not None and pod_revision(pod) == revision else None)
+            # a pod of the new revision that crash-loops, exited or restarted during the run fails at once
+            why = (fatal(pod, self.started_at) if pod is not None and pod_revision(pod) == revision else None)
             if why:
                 return {node: why, **problems}, True, True
             why = self.problem(node, pod, cpn.get(node), revision, image, baseline)

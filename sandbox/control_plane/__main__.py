@@ -7,7 +7,8 @@ Commands:
   start | stop | restart | status       as a sandbox process (what `python -m sandbox up` does)
   pki show [--json]                     the three pins (serving_ca, join_signing, join_encryption)
   faults show | clear | set SPEC... | patch SPEC...
-        SPEC: one JSON object, or key=value pairs (values are JSON, else text; procedures=a,b)
+        SPEC: one JSON object, or key=value pairs (values are JSON, else text; procedures=a,b;
+        refuseJoin=node,node and crashLoop=node,node with a default reason)
   counters [--reset]                    requests per procedure and join outcomes
   joins                                 the last join attempt of every bcd pod
   forget [NODE ...]                     forget joined nodes (all without names), for tests
@@ -42,6 +43,9 @@ def _spec(args: list[str]) -> dict:
             continue
         if key == "refuseJoin" and not value.startswith("{"):
             spec[key] = {n: "refused by fault injection" for n in value.split(",") if n}
+            continue
+        if key == "crashLoop" and not value.startswith(("{", "[")):
+            spec[key] = [n for n in value.split(",") if n]  # each with the default message
             continue
         try:
             spec[key] = json.loads(value)

@@ -17,8 +17,17 @@ Faults are one JSON object; every member is optional (absent: no such fault)::
                                  #   after the TLS handshake (the client sees a reset/EOF)
       "refuseJoin": {"gpu-node-2": "maintenance"}, # Node name -> reason: its join is refused
                                                    # (reason code Refused, the text as message)
-      "muteReports": ["gpu-node-1"]  # Nodes whose bcd stops reporting though its pod runs (a
-                                     # gateway the node cannot reach): offline after the grace
+      "muteReports": ["gpu-node-1"],  # Nodes whose bcd stops reporting though its pod runs (a
+                                      # gateway the node cannot reach): offline after the grace
+      "crashLoop": {"gpu-node-2": "panic: nvml: driver/library version mismatch"},
+                                 # Node name -> termination message (a list of names: a default
+                                 # one): its bcd pod's bcd container crash-loops as a kubelet shows
+                                 # it (exit 1, Error, then CrashLoopBackOff, restartCount growing
+                                 # with back-off, lastState.terminated with the message), never
+                                 # Ready; lifted, the next restart runs and turns Ready (join.py)
+      "offlineGraceSeconds": 600  # the control plane's offline grace, instead of the seed's
+                                  # offline_grace_seconds (a production control plane's is
+                                  # minutes: a crash-looping node stays `adopting` that long)
     }
 
 Reading the faults gives the same object with ``outageRemaining`` (seconds) instead of
@@ -41,7 +50,8 @@ import time
 
 ERROR_STATUSES = {429: "RATE_LIMITED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
 KNOWN = ("errorRate", "errorCount", "errorStatus", "retryAfter", "procedures", "latencySeconds", "outageSeconds",
-         "outageMode", "refuseJoin", "muteReports")
+         "outageMode", "refuseJoin", "muteReports", "crashLoop", "offlineGraceSeconds")
+CRASH_MESSAGE = "bcd exited: crash-loop fault injected by the sandbox"
 
 
 class FaultError(ValueError):
@@ -69,7 +79,7 @@ def validate(spec: object) -> dict:
     out: dict = {}
     for key, lo, hi, integer in (("errorRate", 0, 1, False), ("errorCount", 0, 1_000_000, True),
                                  ("retryAfter", 0, 3600, True), ("latencySeconds", 0, 600, False),
-                                 ("outageSeconds", 0, 3600, False)):
+                                 ("outageSeconds", 0, 3600, False), ("offlineGraceSeconds", 1, 86400, False)):
         if key in spec:
             out[key] = _number(spec, key, lo, hi, integer)
     if "errorStatus" in spec:
@@ -94,6 +104,13 @@ def validate(spec: object) -> dict:
         if not isinstance(refuse, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in refuse.items()):
             raise FaultError("refuseJoin: must map Node names to a reason (text), or list Node names")
         out["refuseJoin"] = dict(refuse)
+    if "crashLoop" in spec:
+        crash = spec["crashLoop"] or {}
+        if isinstance(crash, list):
+            crash = dict.fromkeys(crash, CRASH_MESSAGE)
+        if not isinstance(crash, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in crash.items()):
+            raise FaultError("crashLoop: must map Node names to a termination message (text), or list Node names")
+        out["crashLoop"] = dict(crash)
     if "muteReports" in spec:
         muted = spec["muteReports"] or []
         if not isinstance(muted, list) or not all(isinstance(n, str) for n in muted):
@@ -183,6 +200,16 @@ class Faults:
     def join_refusal(self, node_name: str) -> str | None:
         with self._lock:
             return (self._spec.get("refuseJoin") or {}).get(node_name)
+
+    def crash_loop(self, node_name: str) -> str | None:
+        """The termination message of the node's crash-looping bcd container (``crashLoop``), or None."""
+        with self._lock:
+            return (self._spec.get("crashLoop") or {}).get(node_name)
+
+    def offline_grace(self, default: float) -> float:
+        """Seconds without a report before a node is ``offline``: ``offlineGraceSeconds``, else ``default``."""
+        with self._lock:
+            return float(self._spec.get("offlineGraceSeconds") or default)
 
     def muted(self, node_name: str) -> bool:
         """Whether the node's reports are held back (``muteReports``)."""

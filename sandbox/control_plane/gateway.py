@@ -168,10 +168,12 @@ class NodeSide:
 
     def sweep(self, now: float | None = None) -> None:
         """Turn ``offline`` (condition ``Reporting`` "False") each node that reports by itself and
-        has not for ``offline_grace_seconds``; the server calls this every second."""
+        has not for ``offline_grace_seconds`` (or the fault ``offlineGraceSeconds``); the server calls
+        this every second."""
         now = time.monotonic() if now is None else now
+        grace = self.faults.offline_grace(self.seed.offline_grace_seconds)
         for host, last in self.reports.snapshot().items():
-            if now - last < self.seed.offline_grace_seconds:
+            if now - last < grace:
                 continue
             node = self.store.node_by_hostname(host)
             if node is None or node["state"] in ("removed", "offline"):
@@ -179,5 +181,5 @@ class NodeSide:
             self.store.set_offline(host, True)
             self.store.set_condition(host, "Reporting", {
                 "type": "Reporting", "status": "False", "reason": "NoReport",
-                "message": f"bcd on {host} has not reported for {self.seed.offline_grace_seconds:g}s"})
+                "message": f"bcd on {host} has not reported for {grace:g}s"})
             log.info("node %s (%s) is offline: no report from bcd", host, node["id"])

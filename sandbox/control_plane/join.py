@@ -36,8 +36,18 @@ control plane knows, the node condition ``JoinRefused`` (status "True") in nodes
 is a Normal Event ``BcdJoined``.
 
 Reporting: a joined node whose Node has no Running and Ready bcd pod that joined for longer than
-``offline_grace_seconds`` turns ``offline`` (condition ``Reporting`` "False"), and gets its
-previous state back when such a pod is there again.
+``offline_grace_seconds`` (or the fault ``offlineGraceSeconds``) turns ``offline`` (condition
+``Reporting`` "False"), and gets its previous state back when such a pod is there again.
+
+Crash loops: with the fault ``crashLoop`` naming a Node, the simulator plays that Node's joined,
+running bcd pod's main container (its first) as a kubelet shows a container that exits at once:
+``state.terminated`` (exit 1, ``Error``, the fault's text as termination message) for a second,
+then ``state.waiting`` ``CrashLoopBackOff`` with that exit in ``lastState.terminated`` for a
+back-off that doubles from ``join_retry_seconds`` up to 16 times that (a kubelet: 10 s up to
+5 min), then again, ``restartCount`` one more each time; the pod's ``Ready`` and
+``ContainersReady`` conditions are "False" throughout. A replaced pod crash-loops as well (the
+cause is the Node's). The fault lifted, the next restart runs and turns Ready, as a kubelet's does
+once the cause is gone. The node stays ``adopting`` for the offline grace, then turns ``offline``.
 
 Real nodes (the kind test bed) run bcd itself, which joins and reports through the gateway's node
 side (``gateway.py``): the simulator plays only pods on KWOK's nodes (annotated
@@ -77,6 +87,18 @@ KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 # NUDGE_ANNOTATION) so that KWOK plays it; again after twice as long, at most every 30 s.
 NUDGE_AFTER = 5.0
 NUDGE_ANNOTATION = "sandbox.bcd.dev/kwok-nudge"
+
+
+@dataclass
+class Crash:
+    """The crash loop the simulator plays on one pod's container (fault ``crashLoop``)."""
+
+    container: str
+    restarts: int  # restartCount: runs after the first
+    failures: int  # exits so far (the back-off doubles with each)
+    phase: str  # "terminated" (it just exited) or "waiting" (CrashLoopBackOff)
+    due: float  # monotonic time of the next step
+    term: dict  # its last exit, as lastState.terminated says it
 
 
 @dataclass
@@ -237,6 +259,7 @@ class JoinSimulator:
         self.backoff: dict[str, tuple[int, float]] = {}
         # uid -> (monotonic time first seen bound with no status, nudges so far, next nudge at)
         self.unplayed: dict[str, tuple[float, int, float]] = {}
+        self.crashing: dict[str, Crash] = {}  # uid -> the crash loop played on that pod
         self.started = time.monotonic()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -327,6 +350,8 @@ class JoinSimulator:
                 del self.backoff[uid]
             for uid in [u for u in self.unplayed if u not in pods]:
                 del self.unplayed[uid]
+            for uid in [u for u in self.crashing if u not in pods]:
+                del self.crashing[uid]
         self._cache = {}
         for uid, pod in pods.items():
             self._nudge(uid, pod, now)
@@ -363,6 +388,8 @@ class JoinSimulator:
                 continue
             with self.lock:
                 last = self.outcomes.get(uid)
+            if last and last.ok:
+                self._crash_loop(uid, pod, now)
             if last and (last.ok or now - last.at < self.seed.join_retry_seconds):
                 continue
             self.attempt(uid, pod, container, now)
@@ -410,6 +437,83 @@ class JoinSimulator:
             self.kwok_nodes = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(key) == value
                                for n in nodes.get("items") or []}
         return self.kwok_nodes.get(node_name, False)
+
+    # -- crash loops (fault crashLoop) ------------------------------------------------------------
+
+    def _crash_loop(self, uid: str, pod: dict, now: float) -> None:
+        """Play the next step of the crash loop of a joined, running bcd pod whose Node the fault
+        ``crashLoop`` names, as a kubelet's status shows a container that exits at once: exited
+        (``Error``), then ``CrashLoopBackOff`` for the back-off, then exited again after a
+        restart. The fault lifted, the next restart runs and turns Ready."""
+        meta, node_name = pod["metadata"], pod["spec"]["nodeName"]
+        message = self.faults.crash_loop(node_name)
+        with self.lock:
+            crash = self.crashing.get(uid)
+        if crash is None and message is None:
+            return
+        if crash is not None and now < crash.due:
+            return
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if not containers:
+            return
+        if crash is None:
+            mine = next((c for c in (pod.get("status") or {}).get("containerStatuses") or []
+                         if c.get("name") == containers[0].get("name")), {})
+            started = ((mine.get("state") or {}).get("running") or {}).get("startedAt") or stamp
+            crash = Crash(containers[0].get("name"), int(mine.get("restartCount") or 0), 0, "waiting", now, {})
+            log.info("node %s: bcd pod %s/%s crash-loops (fault crashLoop)", node_name, meta["namespace"], meta["name"])
+        else:
+            started = stamp
+        previous = crash.term
+        if message is None:
+            # the cause is gone: this restart runs, and the container turns Ready
+            state, ready = {"running": {"startedAt": stamp}}, True
+            crash.restarts += 1
+            with self.lock:
+                self.crashing.pop(uid, None)
+            log.info("node %s: bcd pod %s/%s runs again (fault crashLoop lifted)", node_name, meta["namespace"], meta["name"])
+        elif crash.phase == "waiting":
+            # (re)started, and exits at once
+            if crash.failures:
+                crash.restarts += 1
+            crash.failures += 1
+            crash.term = {"exitCode": 1, "reason": "Error", "message": message, "startedAt": started, "finishedAt": stamp}
+            crash.phase, crash.due = "terminated", now + 1.0
+            state, ready, previous = {"terminated": crash.term}, False, previous
+        else:
+            delay = min(self.seed.join_retry_seconds * 2 ** (crash.failures - 1), self.seed.join_retry_seconds * 16)
+            crash.phase, crash.due = "waiting", now + delay
+            state, ready, previous = {"waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {delay:g}s restarting failed container={crash.container} "
+                           f"pod={meta['name']}_{meta['namespace']}({meta['uid']})"}}, False, crash.term
+        if message is not None:
+            with self.lock:
+                self.crashing[uid] = crash
+        mine = {"name": crash.container, "image": containers[0].get("image") or "", "imageID": "",
+                "restartCount": crash.restarts, "ready": ready, "started": ready, "state": state,
+                **({"lastState": {"terminated": previous}} if previous else {})}
+        statuses = [s for s in (pod.get("status") or {}).get("containerStatuses") or [] if s.get("name") != crash.container]
+        flag = "True" if ready else "False"
+        conditions = [{"type": t, "status": flag, "lastTransitionTime": stamp,
+                       **({} if ready else {"reason": "ContainersNotReady",
+                                            "message": f"containers with unready status: [{crash.container}]"})}
+                      for t in ("Ready", "ContainersReady")]
+        self._patch_status(pod, {"status": {"containerStatuses": [mine, *statuses], "conditions": conditions}},
+                           "the crash loop of its bcd container")
+
+    def _patch_status(self, pod: dict, body: dict, what: str) -> None:
+        from kubernetes.client.rest import ApiException
+
+        meta = pod["metadata"]
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], body,
+                                                  _content_type="application/strategic-merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("recording %s on pod %s/%s failed: %s %s", what, meta["namespace"], meta["name"],
+                            exc.status, exc.reason)
 
     # -- one join --------------------------------------------------------------------------------
 
@@ -646,12 +750,12 @@ class JoinSimulator:
                 continue
             with self.lock:
                 since = self.last_ready.setdefault(host, now)
-            if now - since >= self.seed.offline_grace_seconds and node["state"] != "offline":
+            grace = self.faults.offline_grace(self.seed.offline_grace_seconds)
+            if now - since >= grace and node["state"] != "offline":
                 self.store.set_offline(host, True)
                 self.store.set_condition(host, "Reporting", {
                     "type": "Reporting", "status": "False", "reason": "NoReadyPod",
-                    "message": f"no Running and Ready bcd pod that joined on {host} for "
-                               f"{self.seed.offline_grace_seconds:g}s"})
+                    "message": f"no Running and Ready bcd pod that joined on {host} for {grace:g}s"})
                 log.info("node %s (%s) is offline: no Running and Ready bcd pod", host, node["id"])
 
     # -- Kubernetes side effects -----------------------------------------------------------------

@@ -267,9 +267,11 @@ def test_a_node_that_stops_reporting(sandbox, tmp_path, admin, cp, cpvars):
         admin.patch_faults({"refuseJoin": None})
         wait_state(cp, cpvars, node, ("adopting", "ready"))
     assert run.returncode != 0
-    assert failed(report) == {("reporting", node)}, failed(report)
+    # both sides: the control plane's (offline) and the cluster's (its pod's join refused)
+    assert failed(report) == {("reporting", node), ("pod", node)}, failed(report)
+    assert "bcd join exited 1: Refused: host under maintenance" in message(report, "pod", node)
     text = message(report, "reporting", node)
     assert "offline" in text and "Reporting=False (NoReadyPod" in text and "JoinRefused=True (Refused: host under maintenance)" in text
     assert f"reporting {node} failed" in run.stdout
     assert quiet.returncode == 0, quiet.stdout[-3000:]
-    assert failed(quiet_report) == {("reporting", node)}
+    assert failed(quiet_report) == {("reporting", node), ("pod", node)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 
 import pytest
 
@@ -249,3 +250,57 @@ def test_a_spent_token_fails_within_seconds(ready, runner, reliability):
                           "'bcd join exited 1: TokenExhausted'; the token revoked; the next run joined it")
     reliability.figures.update({"time to the failure s": round(waited, 1), "run s": round(run.seconds, 1),
                                 "tokens left": tokens_left(world)})
+
+
+def seconds_between(run, first: str, last: str) -> float:
+    """Seconds from the banner of the first task containing ``first`` to the end of the first
+    task containing ``last`` (the next banner)."""
+    start = next(t for t, task in run.tasks if first in task)
+    for i, (_t, task) in enumerate(run.tasks):
+        if last in task:
+            return (run.tasks[i + 1][0] if i + 1 < len(run.tasks) else run.ended) - start
+    raise KeyError(last)
+
+
+def test_a_crash_looping_pod_within_the_offline_grace_fails_within_seconds(ready, runner, reliability):
+    """One bcd pod crash-loops (fault crashLoop: exit 1 with a message, CrashLoopBackOff, restarts
+    with back-off) while the control plane counts its node adopting, within its offline grace
+    (600 s here, as a production control plane's minutes): adopt-cluster.yml does not say
+    "nothing to do", mints no token (every node has joined), applies, and the DaemonSet wait fails
+    at once naming the pod and bcd's last message."""
+    world = ready
+    reliability.describe("False success", "one bcd pod crash-loops while the control plane counts its node adopting, "
+                                          "within its offline grace (adopt-cluster.yml)")
+    node = gpu_nodes(world)[1]
+    message = "panic: nvml: driver/library version mismatch"
+    before = {t["id"] for t in world.ours()}
+    world.admin.patch_faults({"crashLoop": {node: message}, "offlineGraceSeconds": 600})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            pod = bcd_pods(world).get(node)
+            bcd = next((c for c in (pod.status.container_statuses or []) if c.name == "bcd"), None) if pod else None
+            if bcd and bcd.state.waiting and bcd.state.waiting.reason == "CrashLoopBackOff":
+                break
+            assert time.monotonic() < deadline, f"{node}'s pod did not crash-loop"
+            time.sleep(1)
+        state = next(n["state"] for n in world.cp.list_nodes(world.vars["bcd_tenant"], world.vars["bcd_pool"])
+                     if n["hostname"] == node)
+        assert state == "adopting", state
+        run = runner.run("adopt-cluster.yml")
+    finally:
+        world.admin.clear_faults()
+    assert run.returncode != 0, run.tail()
+    assert "nothing to do" not in run.text
+    said = f"{node}: pod {pod.metadata.name} not Ready: container bcd waiting: CrashLoopBackOff"
+    # said by the DaemonSet wait itself (the preflight's note names the pod too)
+    assert "1 pod(s) cannot start, so the rollout cannot complete (not waiting out the" in run.text, run.tail()
+    assert said in run.text and message in run.text, run.tail()
+    assert {t["id"] for t in world.ours()} == before, "no token minted"
+    assert tokens_left(world) == 0 and not world.secret_exists()
+    failed_after = seconds_between(run, "Apply the ConfigMap and the DaemonSet", WAIT_TASK)
+    reliability.result = (f"refused to say nothing to do; no token minted; the DaemonSet wait failed {failed_after:.0f}s "
+                          f"after the apply began (target 30 s), naming {node}'s pod, 'CrashLoopBackOff' and bcd's "
+                          "last message, while the control plane still counted the node adopting")
+    reliability.figures.update({"time to the failure from the apply s": round(failed_after, 1),
+                                "run s": round(run.seconds, 1), "tokens minted": 0, "tokens left": tokens_left(world)})

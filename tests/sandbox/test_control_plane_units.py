@@ -212,6 +212,7 @@ def test_volume_files_with_items_default_keys_and_subpaths():
     ({"errorRate": 1.5}, "errorRate"), ({"errorRate": True}, "errorRate"), ({"errorStatus": 404}, "errorStatus"),
     ({"outageMode": "crash"}, "outageMode"), ({"procedures": "pools.get"}, "procedures"),
     ({"refuseJoin": {"n": 1}}, "refuseJoin"), ({"latency": 1}, "unknown member"), ({"errorCount": 1.5}, "errorCount"),
+    ({"crashLoop": {"n": 1}}, "crashLoop"), ({"crashLoop": "n"}, "crashLoop"), ({"offlineGraceSeconds": 0}, "offlineGraceSeconds"),
 ])
 def test_fault_specs_are_checked(spec, member):
     with pytest.raises(FaultError, match=member):
@@ -228,6 +229,21 @@ def test_error_count_and_procedure_filter():
     assert f.join_refusal("gpu-node-1") and f.join_refusal("gpu-node-2") is None
     f.patch({"refuseJoin": None})
     assert f.join_refusal("gpu-node-1") is None
+
+
+def test_crash_loop_and_offline_grace_faults():
+    from sandbox.control_plane.faults import CRASH_MESSAGE
+
+    f = Faults({"crashLoop": {"gpu-node-2": "panic: nvml: driver/library version mismatch"}})
+    assert f.crash_loop("gpu-node-2") == "panic: nvml: driver/library version mismatch"
+    assert f.crash_loop("gpu-node-1") is None
+    f.patch({"crashLoop": ["gpu-node-1"]})
+    assert f.crash_loop("gpu-node-1") == CRASH_MESSAGE and f.crash_loop("gpu-node-2") is None
+    assert f.offline_grace(20.0) == 20.0
+    f.patch({"offlineGraceSeconds": 600})
+    assert f.offline_grace(20.0) == 600.0
+    f.clear()
+    assert f.crash_loop("gpu-node-1") is None and f.offline_grace(20.0) == 20.0
 
 
 def test_the_server_certificate_is_issued_again_for_a_new_listen_address(tmp_path):

@@ -190,9 +190,10 @@ def test_fatal_says_when_waiting_is_pointless():
     crash = pod("p", "n1", status={"phase": "Running", "containerStatuses": [
         {"name": "bcd", "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]})
     assert "CrashLoopBackOff" in fatal(crash)
+    # a crash loop is known at its first back-off, not waited for until the third
     young = pod("p", "n1", status={"phase": "Running", "containerStatuses": [
-        {"name": "bcd", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]})
-    assert fatal(young) is None
+        {"name": "bcd", "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]})
+    assert "CrashLoopBackOff" in fatal(young)
     pulling = pod("p", "n1", status={"phase": "Pending", "containerStatuses": [
         {"name": "bcd", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]})
     assert fatal(pulling) is None, "a pull may still succeed: the gate waits"
