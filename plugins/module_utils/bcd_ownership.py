@@ -114,6 +114,26 @@ def removed_by_apply(current: dict, applied: dict, manager: str) -> dict:
     return subtract_fields(subtract_fields(client_side_fields(current), ours), others)
 
 
+def removed_after_takeover(entries: list[dict], applied: dict, manager: str) -> dict:
+    """The fields our server-side apply will remove once ``entries`` (managedFields after a
+    takeover) are the object's: those our Apply entry then holds that our applied configuration
+    (our entry in ``applied``, the server's dry-run answer to our apply) leaves out and no other
+    manager owns."""
+    def ours(e: dict) -> bool:
+        return e.get("manager") == manager and e.get("operation") == "Apply" and not e.get("subresource")
+
+    held, others, applied_ours = {}, {}, {}
+    for entry in entries:
+        if ours(entry):
+            held = merge_fields(held, entry.get("fieldsV1") or {})
+        elif not entry.get("subresource"):
+            others = merge_fields(others, entry.get("fieldsV1") or {})
+    for entry in (applied.get("metadata") or {}).get("managedFields") or []:
+        if ours(entry):
+            applied_ours = merge_fields(applied_ours, entry.get("fieldsV1") or {})
+    return subtract_fields(subtract_fields(held, applied_ours), others)
+
+
 def upgraded_managed_fields(obj: dict, manager: str, now: str) -> list[dict]:
     """``obj``'s managedFields with the client-side managers' entries folded into ``manager``'s
     Apply entry (created when there is none), as csaupgrade does."""
