@@ -280,3 +280,36 @@ def test_a_restore_or_a_render_that_would_take_bcd_off_a_node_is_refused(sandbox
         assert "would take bcd off" not in flat(allowed.stdout)
     finally:
         sandbox.kubectl("taint", "node", node, "example.com/maintenance-")
+
+
+def test_a_field_a_controller_puts_back_fails_the_run_naming_the_manager(sandbox):
+    """A controller that keeps a ConfigMap key (as a GitOps controller re-applies its own): the
+    rollout takes the key over and the apply removes it, the controller puts it back, and the run
+    fails after its apply, naming the key and the controller's field manager."""
+    import threading
+
+    stop = threading.Event()
+
+    def controller() -> None:
+        while not stop.is_set():
+            have = sandbox.kubectl("get", "configmap", "bcd-config", "-n", NS, "-o", "jsonpath={.data}", check=False).stdout
+            if have and "extra.toml" not in have:
+                patch(sandbox, "config-sync", {"data": {"extra.toml": "kept = true"}}, kind="configmap", name="bcd-config",
+                      how="merge")
+            stop.wait(0.5)
+
+    patch(sandbox, "config-sync", {"data": {"extra.toml": "kept = true"}}, kind="configmap", name="bcd-config", how="merge")
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    try:
+        run = run_playbook("rollout.yml")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        sandbox.kubectl("patch", "configmap", "bcd-config", "-n", NS, "--type=json", "--field-manager=config-sync",
+                        "-p", json.dumps([{"op": "remove", "path": "/data/extra.toml"}]), check=False)
+    out = flat(run.stdout + run.stderr)
+    assert run.returncode != 0, out[-3000:]
+    assert ('the render could not be restored: ConfigMap bcd-system/bcd-config: data["extra.toml"]: live "kept = true", '
+            'rendered (absent); field manager(s) config-sync') in out, out[-3000:]
+    assert "extra.toml" not in kget(sandbox, "configmap", "-n", NS, "bcd-config")["data"]
