@@ -45,7 +45,9 @@ description:
     apply" and "Transferring ownership" (https://kubernetes.io/docs/reference/using-api/server-side-apply/).
 options:
   objects:
-    description: The rendered objects (Namespace, ConfigMap, DaemonSet). A Namespace's client-side apply fields are never taken over (it is shared), only its Pod Security labels.
+    description:
+      - The rendered objects (Namespace, ConfigMap, DaemonSet).
+      - A Namespace's client-side apply fields are never taken over (it is shared), only its Pod Security labels.
     type: list
     elements: dict
     required: true
