@@ -19,7 +19,13 @@ without a zone, ``hostname``, ``tests``, ``failures``, ``errors``, ``time``, ``p
 Prometheus (node-exporter textfile collector format, written with ``prometheus_client``):
 ``bcd_audit_check_ok{cluster,check,node}`` 1 (passed: ok or warning) or 0 (failed) per check and
 node, ``bcd_audit_check_warning{cluster,check,node}`` 1 when it passed with a warning, else 0, and
-``bcd_audit_last_run_timestamp_seconds`` (Unix time of the run). The file is written atomically.
+``bcd_audit_last_run_timestamp_seconds`` (Unix time of the run), and the extra host paths a drift
+check found (a hostPath volume of bcd's DaemonSet the render does not have, whoever set it):
+``bcd_audit_extra_host_paths{cluster}`` (their count, 0 when none) and
+``bcd_audit_extra_host_path{cluster,object,volume,path,managers}`` 1 each. The file is written atomically.
+
+Extra host paths come first everywhere: on the first line of the drift check's message (the JUnit
+failure's ``message``), in the metrics above, and in audit.yml's closing lines.
 """
 
 from __future__ import annotations
@@ -38,6 +44,20 @@ def status(r: dict) -> str:
     if not r["ok"]:
         return "failed"
     return "warning" if r.get("warning") else "ok"
+
+
+def extra_host_paths(results: list[dict]) -> list[tuple[str, dict]]:
+    """``(cluster, finding)`` of each extra host path a failed drift check found (one per volume)."""
+    out, seen = [], set()
+    for r in results:
+        if r["ok"]:
+            continue
+        for f in r.get("findings") or []:
+            key = (r["cluster"], f.get("object"), f.get("volume"))
+            if f.get("host_path") and not f.get("allowed") and key not in seen:
+                seen.add(key)
+                out.append((r["cluster"], f))
+    return out
 
 
 def junit_xml(results: list[dict], started: float, duration: float) -> str:
@@ -80,6 +100,16 @@ def write_metrics(path: str, results: list[dict], started: float) -> None:
     for r in results:
         ok.labels(r["cluster"], r["check"], r["node"]).set(0 if status(r) == "failed" else 1)
         warning.labels(r["cluster"], r["check"], r["node"]).set(1 if status(r) == "warning" else 0)
+    # extra host paths first: a count per cluster (0 when none, for alerting) and one series each
+    count = Gauge("bcd_audit_extra_host_paths", "How many hostPath volumes of bcd's DaemonSet the render does not have "
+                  "(any field manager set them)", ["cluster"], registry=registry)
+    each = Gauge("bcd_audit_extra_host_path", "1 for each hostPath volume of bcd's DaemonSet the render does not have",
+                 ["cluster", "object", "volume", "path", "managers"], registry=registry)
+    for cluster in sorted({r["cluster"] for r in results}):
+        count.labels(cluster).set(0)
+    for cluster, f in extra_host_paths(results):
+        count.labels(cluster).inc()
+        each.labels(cluster, f.get("object") or "", f.get("volume") or "", f["host_path"], ",".join(f.get("managers") or [])).set(1)
     Gauge("bcd_audit_last_run_timestamp_seconds", "Unix time the bcd audit ran", registry=registry).set(started)
     write_to_textfile(path, registry)
 

@@ -33,6 +33,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import
     canonical,
     value,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import check_allowed_path
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -461,6 +462,12 @@ class Inventory(BaseModel):
     # Take over bcd's ConfigMap and DaemonSet from a client-side kubectl apply (what the render
     # does not have is removed); false: stop, naming the object and the other manager.
     bcd_adopt_foreign_objects: bool = True
+    # adopt-cluster.yml and rollout.yml: let a new render (or the restore of one) take bcd off
+    # Nodes that run a bcd pod now; false: refuse, naming them (release-cluster.yml removes bcd).
+    bcd_allow_node_loss: bool = False
+    # Field paths of bcd's objects whose difference from the render is not drift (audit passes
+    # with a note; adopt-cluster.yml and rollout.yml leave them). restartedAt is never drift.
+    bcd_drift_allowed_paths: list[str] = Field(default_factory=list)
     bcd_node_selector: dict[str, str] = Field(default_factory=dict)
     bcd_tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(operator="Exists")])
     bcd_priority_class_name: str | None = "system-node-critical"
@@ -620,6 +627,22 @@ class Inventory(BaseModel):
         for name in v:
             check_dns_label(name)
         return v
+
+    @field_validator("bcd_drift_allowed_paths", mode="before")
+    @classmethod
+    def _allowed_paths(cls, v: Any) -> list[str]:
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise ValueError("must be a list of field paths, such as ['spec.template.metadata.annotations[\"example.com/team\"]']"
+                             + (string_for_structure("bcd_drift_allowed_paths") if isinstance(v, str) else ""))
+        out = []
+        for item in v:
+            try:
+                out.append(check_allowed_path(item))
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        return out
 
     @field_validator("bcd_cluster_name")
     @classmethod

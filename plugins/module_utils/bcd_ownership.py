@@ -99,19 +99,24 @@ def prune(value: object, fields: dict) -> object:
     return value
 
 
-def removed_by_apply(current: dict, applied: dict, manager: str) -> dict:
-    """The fields the client-side managers own on ``current`` that our server-side apply will
-    remove once they are ours: neither in our applied configuration (our manager's entry in
-    ``applied``, the server's dry-run answer to our apply) nor owned by any other manager."""
-    ours, others = {}, {}
-    for entry in (applied.get("metadata") or {}).get("managedFields") or []:
-        if entry.get("subresource"):
-            continue
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
-            ours = merge_fields(ours, entry.get("fieldsV1") or {})
-        elif entry.get("manager") not in CLIENT_SIDE_MANAGERS:
+def removed_after_takeover(entries: list[dict], applied: dict, manager: str) -> dict:
+    """The fields our server-side apply will remove once ``entries`` (managedFields after a
+    takeover) are the object's: those our Apply entry then holds that our applied configuration
+    (our entry in ``applied``, the server's dry-run answer to our apply) leaves out and no other
+    manager owns."""
+    def ours(e: dict) -> bool:
+        return e.get("manager") == manager and e.get("operation") == "Apply" and not e.get("subresource")
+
+    held, others, applied_ours = {}, {}, {}
+    for entry in entries:
+        if ours(entry):
+            held = merge_fields(held, entry.get("fieldsV1") or {})
+        elif not entry.get("subresource"):
             others = merge_fields(others, entry.get("fieldsV1") or {})
-    return subtract_fields(subtract_fields(client_side_fields(current), ours), others)
+    for entry in (applied.get("metadata") or {}).get("managedFields") or []:
+        if ours(entry):
+            applied_ours = merge_fields(applied_ours, entry.get("fieldsV1") or {})
+    return subtract_fields(subtract_fields(held, applied_ours), others)
 
 
 def upgraded_managed_fields(obj: dict, manager: str, now: str) -> list[dict]:

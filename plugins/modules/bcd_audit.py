@@ -15,13 +15,28 @@ description:
     (C({cluster, check, node, ok, message, warning}); C(node) is empty for a cluster-level
     check). Changes nothing and mints nothing; the only writes are server-side dry runs.
   - "C(drift-namespace), C(drift-configmap), C(drift-daemonset) - each rendered object (O(objects))
-    against the live one, by a server-side apply dry run with field manager C(bcd-ansible) (what
-    rollout.yml would change) - the fields of the render that differ (only what the render sets and
-    C(bcd-ansible) owns: what the API server or controllers set, such as the DaemonSet's
-    C(deprecated.daemonset.template.generation) annotation, C(metadata.generation) or defaulted pod
-    fields, is never drift), the image digest on its own line, and the
-    field managers other than C(bcd-ansible) that updated the object after bcd-ansible last applied
-    it (a hand edit, a GitOps controller)."
+    against the live one. The pod surface, whoever owns the fields (module_utils C(bcd_surface)) -
+    the DaemonSet's whole pod template (volumes, every container and init container, host
+    namespaces, the service account token, scheduling, security contexts, template labels and
+    annotations) against the render as the API server defaults it (a server-side dry-run update
+    of the live DaemonSet with the render, C(dryRun=All)), the ConfigMap's keys and the
+    Namespace's Pod Security labels. Each difference names its field path (list items by their
+    merge key, e.g. C(spec.template.spec.volumes[host-root])), the live value, the rendered value
+    (an env var's literal value is never shown) and the field managers that own it
+    (C(metadata.managedFields)); an extra host path (a hostPath volume the render does not have)
+    comes first, on the check's first line (the JUnit failure's message) and in RV(host_paths).
+    C(kubectl rollout restart)'s C(kubectl.kubernetes.io/restartedAt) template annotation is never
+    drift; a path in C(bcd_drift_allowed_paths) (a field the render does not set) passes with a
+    note; labels and annotations on the DaemonSet's own metadata that the render does not set are
+    a warning."
+  - "Then the rest of each object, by a server-side apply dry run with field manager C(bcd-ansible)
+    (what rollout.yml would change) - the fields of the render that differ (only what the render
+    sets and C(bcd-ansible) owns: what the API server or controllers set, such as the DaemonSet's
+    C(deprecated.daemonset.template.generation) annotation or C(metadata.generation), is never
+    drift), the image digest on its own line, and the field managers other than C(bcd-ansible)
+    that updated the object after bcd-ansible last applied it (a hand edit, a GitOps controller).
+    A drift result also holds C(findings) and C(warnings) (C({path, live, rendered, managers,
+    allowed, host_path})) and, when it fails on extra host paths, C(host_paths)."
   - "C(clusterpolicy) (with C(bcd_nvidia_toolkit=gpu-operator)) - the ClusterPolicy isolation settings
     gpu_stack sets (device plugin off, toolkit env false, CDI on, NRI plugin off; seed 000, GPU
     isolation), each reverted field naming the field manager that owns it now
@@ -98,6 +113,11 @@ started:
   description: Unix time the checks started.
   returned: success
   type: float
+host_paths:
+  description: One line per extra host path of any cluster object (the path, its volume, where it is mounted, its field managers).
+  returned: success
+  type: list
+  elements: str
 failed_checks:
   description: How many results are not ok.
   returned: success
@@ -132,6 +152,18 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pod_side
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import (
+    POD_SECURITY_PREFIX,
+    SurfaceError,
+    defaulted,
+    failing,
+    host_path_line,
+    judge_configmap,
+    judge_daemonset,
+    judge_namespace,
+    line,
+    public,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import DESCRIPTION_RE
 
 # The ClusterPolicy field each isolation finding is about (where its field manager is looked up).
@@ -191,7 +223,19 @@ def _when(entry: dict) -> float:
         return 0.0
 
 
-def drift(core, obj: dict, cluster: str) -> dict:
+def _surface(core, live: dict, obj: dict, allowed: list[str]) -> tuple[list[dict], list[dict], tuple[str, ...]]:
+    """The pod-surface findings and warnings of one object, and the dotted paths (``_flat``) they
+    stand for, which the owned-field comparison then leaves out."""
+    kind = obj["kind"]
+    if kind == "DaemonSet":
+        found, warnings = judge_daemonset(live, defaulted(core, live, obj), obj, allowed)
+        return found, warnings, ("spec.template",)
+    if kind == "ConfigMap":
+        return judge_configmap(live, obj, allowed), [], ("data.", "binaryData.")
+    return judge_namespace(live, obj, allowed), [], ("metadata.labels." + POD_SECURITY_PREFIX,)
+
+
+def drift(core, obj: dict, cluster: str, allowed: list[str] | None = None) -> dict:
     kind, meta = obj["kind"], obj["metadata"]
     plural = {"Namespace": "namespaces", "ConfigMap": "configmaps", "DaemonSet": "daemonsets"}[kind]
     where = f"{kind} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta['name']}"
@@ -200,14 +244,28 @@ def drift(core, obj: dict, cluster: str) -> dict:
     live = core.get(p)
     if live is None:
         return result(cluster, check, "", False, f"{where} does not exist; adopt-cluster.yml creates it")
+    try:
+        found, warnings, covered = _surface(core, live, obj, allowed or [])
+    except SurfaceError as exc:
+        return result(cluster, check, "", False, f"{where}: its pod surface cannot be judged: {exc}")
     dry = core.request("PATCH", p, {"fieldManager": FIELD_MANAGER, "force": "true", "dryRun": "All"}, obj,
                        content_type="application/apply-patch+yaml")
     before, after = _flat(_comparable(live)), _flat(_comparable(dry))
     ours = _rendered(obj)
-    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k) and ours(k))
-    if not changed:
-        return result(cluster, check, "", True, f"{where} is as rendered")
-    lines = [f"{where} differs from the render in {', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}"]
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k) and ours(k)
+                     and not k.startswith(covered))
+    bad, allowed_found = failing(found), [f for f in found if f["allowed"]]
+    notes = [f"allowed by bcd_drift_allowed_paths ({f['allowed']}): {line(f)}" for f in allowed_found]
+    notes += [f"warning: {line(w)}; on the {kind}'s own metadata, not the pods'" for w in warnings]
+    extra = {"findings": [{"object": where, **public(f)} for f in found],
+             "warnings": [{"object": where, **public(w)} for w in warnings]}
+    if not changed and not bad:
+        return result(cluster, check, "", True, "\n".join([f"{where} is as rendered", *notes]), warning=bool(warnings), **extra)
+    hosts = {f["volume"]: f for f in bad if f["host_path"]}
+    lines = ["; ".join(host_path_line(f) for f in hosts.values())] if hosts else []
+    fields = [f["path"] for f in bad if f["host_path"]] + sorted([f["path"] for f in bad if not f["host_path"]] + changed)
+    lines.append(f"{where} differs from the render in {', '.join(fields[:8])}{' ...' if len(fields) > 8 else ''}")
+    lines += [line(f, FIELD_MANAGER) for f in bad]
     live_images, want_images = _images(live), _images(obj)
     for name in sorted(set(live_images) | set(want_images)):
         if live_images.get(name) != want_images.get(name):
@@ -218,8 +276,16 @@ def drift(core, obj: dict, cluster: str) -> dict:
                      and m.get("subresource") != "status"})
     if others:
         lines.append(f"changed by field manager(s) {', '.join(others)} after bcd-ansible applied it")
-    lines.append("fix: ansible-playbook rollout.yml applies the render again (or put the change into the inventory)")
-    return result(cluster, check, "", False, "\n".join(lines))
+    lines += notes
+    if bad:
+        lines.append("fix: ansible-playbook rollout.yml (or adopt-cluster.yml) restores the render, taking these fields over "
+                     "from their field managers; to keep one, put it into the inventory, or allow its path in "
+                     "bcd_drift_allowed_paths (and change it where its manager applies it, or it comes back)")
+    else:
+        lines.append("fix: ansible-playbook rollout.yml applies the render again (or put the change into the inventory)")
+    out = result(cluster, check, "", False, "\n".join(lines), **extra)
+    out["host_paths"] = [f"{host_path_line(f)} (in {where})" for f in hosts.values()]
+    return out
 
 
 def _owners(policy: dict, field: tuple[str, ...]) -> list[str]:
@@ -259,8 +325,8 @@ def clusterpolicy(core, cluster: str) -> dict:
     return result(cluster, "clusterpolicy", "", True, f"ClusterPolicy {names}: device plugin off, toolkit env false, CDI on, NRI plugin off")
 
 
-def result(cluster: str, check: str, node: str, ok: bool, message: str, warning: bool = False) -> dict:
-    return {"cluster": cluster, "check": check, "node": node, "ok": ok, "message": message, "warning": warning}
+def result(cluster: str, check: str, node: str, ok: bool, message: str, warning: bool = False, **extra) -> dict:
+    return {"cluster": cluster, "check": check, "node": node, "ok": ok, "message": message, "warning": warning, **extra}
 
 
 def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list[dict]:
@@ -301,7 +367,8 @@ def run(module, inv, cp, core) -> list[dict]:
     p = module.params
     cluster = p["cluster"]
     since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    out = [drift(core, obj, cluster) for obj in p["objects"] if obj.get("kind") in ("Namespace", "ConfigMap", "DaemonSet")]
+    out = [drift(core, obj, cluster, list(inv.bcd_drift_allowed_paths)) for obj in p["objects"]
+           if obj.get("kind") in ("Namespace", "ConfigMap", "DaemonSet")]
     if inv.bcd_nvidia_toolkit.preset == "gpu-operator":
         out.append(clusterpolicy(core, cluster))
 
@@ -385,7 +452,10 @@ def main() -> None:
         results = run(module, inv, cp, core)
     except (KubeError, ControlPlaneError) as exc:
         module.fail_json(msg=f"audit of cluster {module.params['cluster']} could not run: {exc}")
-    module.exit_json(changed=False, started=started, results=results, table=table(results), failed_checks=sum(1 for r in results if not r["ok"]))
+    # extra host paths first, in the run's closing lines too (audit.yml)
+    host_paths = [h for r in results for h in r.get("host_paths") or []]
+    module.exit_json(changed=False, started=started, results=results, table=table(results), host_paths=host_paths,
+                     failed_checks=sum(1 for r in results if not r["ok"]))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: bcd-ansible contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ansible module bcd_field_ownership: take over what client-side kubectl apply manages on bcd's objects."""
+"""Ansible module bcd_field_ownership: take over what other field managers set on bcd's objects."""
 
 from __future__ import annotations
 
@@ -9,27 +9,45 @@ DOCUMENTATION = r"""
 ---
 module: bcd_field_ownership
 version_added: 1.0.0
-short_description: Take over the fields a client-side kubectl apply manages on bcd's objects
+short_description: Take over what other field managers set on bcd's objects, so the apply restores the render
 description:
-  - For each rendered object (bcd's ConfigMap and DaemonSet, as M(bcd.kubernetes.bcd_manifests) returns them)
-    that exists in the cluster with fields managed by a client-side C(kubectl apply) (field
-    manager C(kubectl-client-side-apply), or C(kubectl) before kubectl 1.18, operation C(Update))
-    or with the annotation C(kubectl.kubernetes.io/last-applied-configuration), moves that
-    manager's field set into the C(bcd-ansible) manager's entry, as C(kubectl apply --server-side)
-    migrates an object (C(k8s.io/client-go/util/csaupgrade)). The server-side apply that follows
-    (role C(bcd_daemonset), C(apply)) then removes what the render leaves out - an extra volume,
-    an extra ConfigMap key, the annotation - so the objects end with exactly the rendered fields.
+  - Judges each rendered object (bcd's Namespace, ConfigMap and DaemonSet, as
+    M(bcd.kubernetes.bcd_manifests) returns them) that exists in the cluster against the render,
+    whoever owns the fields (module_utils C(bcd_surface)) - the DaemonSet's whole pod template
+    against the render as the API server defaults it (a server-side dry-run update, C(dryRun=All),
+    of the live DaemonSet with the render), the ConfigMap's keys, the Namespace's Pod Security
+    labels. Each difference (RV(surface)) names its field path, the live and rendered values and the
+    field managers that own it; extra host paths come first. C(kubectl rollout restart)'s
+    C(kubectl.kubernetes.io/restartedAt) annotation is never one; a path of C(bcd_drift_allowed_paths)
+    that the render does not set is left as it is (RV(allowed)); labels and annotations of the
+    DaemonSet's own metadata are warnings (RV(metadata_warnings)), never taken over.
+  - Takes over the differing fields, and only those, from every other field manager (moves them
+    from its field set into the C(bcd-ansible) Apply entry), and, on a ConfigMap or DaemonSet a
+    client-side C(kubectl apply) manages (field manager C(kubectl-client-side-apply), or C(kubectl)
+    before kubectl 1.18, operation C(Update), or the annotation
+    C(kubectl.kubernetes.io/last-applied-configuration)), that manager's whole field set, as
+    C(kubectl apply --server-side) migrates an object (C(k8s.io/client-go/util/csaupgrade)). The
+    server-side apply that follows (role C(bcd_daemonset), C(apply)) then removes what the render
+    leaves out - an extra volume or container, an extra ConfigMap key or Pod Security label, the
+    annotation - and sets what it has, so the objects end with exactly the rendered fields.
   - The managedFields are replaced with a JSON patch that first tests the object's
     C(resourceVersion), so an object changed meanwhile is never overwritten (HTTP 422 names it).
-  - With C(bcd_adopt_foreign_objects=false), fails before changing anything, naming each such
-    object and its client-side manager.
+  - Before anything changes (O(refuse)), fails - with C(bcd_adopt_foreign_objects=false), naming
+    each object and field another manager set and that manager; and when the render's nodeSelector,
+    affinity or tolerations differ from the live DaemonSet's and would take bcd off Nodes that run a
+    bcd pod now (as the DaemonSet controller decides, with the tolerations it adds), naming those
+    Nodes and why, unless C(bcd_allow_node_loss).
+  - With O(verify) (after the apply), changes nothing and fails when a difference remains, naming
+    the field and the manager that put it back.
   - In check mode changes nothing; with C(--diff) shows, per object, what the apply will remove
     (from a server-side dry run of the render), without the server's bookkeeping.
   - Source - Kubernetes, Server-Side Apply, "Upgrading from client-side apply to server-side
-    apply" (https://kubernetes.io/docs/reference/using-api/server-side-apply/).
+    apply" and "Transferring ownership" (https://kubernetes.io/docs/reference/using-api/server-side-apply/).
 options:
   objects:
-    description: The rendered objects (ConfigMap, DaemonSet; a Namespace is accepted too).
+    description:
+      - The rendered objects (Namespace, ConfigMap, DaemonSet).
+      - A Namespace's client-side apply fields are never taken over (it is shared), only its Pod Security labels.
     type: list
     elements: dict
     required: true
@@ -37,6 +55,14 @@ options:
     description: Our field manager.
     type: str
     default: bcd-ansible
+  refuse:
+    description: Refuse as described above (C(bcd_adopt_foreign_objects), node loss); false only judges (add-nodes.yml, which never changes the DaemonSet).
+    type: bool
+    default: true
+  verify:
+    description: Read only; fail when any difference from the render remains (after the apply).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.cluster
@@ -50,10 +76,16 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Take over what a client-side kubectl apply left on bcd's objects
+- name: Take over what other field managers set on bcd's objects
   bcd.kubernetes.bcd_field_ownership:
     config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
-    objects: "{{ bcd_daemonset_render.objects | selectattr('kind', 'in', ['ConfigMap', 'DaemonSet']) | list }}"
+    objects: "{{ bcd_daemonset_render.objects }}"
+
+- name: Check that the apply restored the render
+  bcd.kubernetes.bcd_field_ownership:
+    config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
+    objects: "{{ bcd_daemonset_render.objects }}"
+    verify: true
 """
 
 RETURN = r"""
@@ -76,12 +108,78 @@ foreign:
     removes:
       description: Whether the apply that follows will remove fields (the diff shows which).
       type: bool
+surface:
+  description: Each difference from the render that is not allowed, extra host paths first.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    object:
+      description: C(Kind namespace/name).
+      type: str
+    kind:
+      description: The object's kind.
+      type: str
+    path:
+      description: The field path, list items by their merge key (C(spec.template.spec.volumes[host-root])).
+      type: str
+    live:
+      description: The live value, compact JSON (C((absent)) when missing; an env var's literal value is not shown).
+      type: str
+    rendered:
+      description: The rendered value, as the live one.
+      type: str
+    managers:
+      description: The field managers that own the live field (none when it was removed).
+      type: list
+      elements: str
+    host_path:
+      description: The host path an extra or changed hostPath volume mounts, else null.
+      type: str
+allowed:
+  description: The differences C(bcd_drift_allowed_paths) allows, as RV(surface), with C(allowed) the entry that allows each.
+  returned: always
+  type: list
+  elements: dict
+metadata_warnings:
+  description: Labels and annotations on the DaemonSet's own metadata that the render does not set, as RV(surface).
+  returned: always
+  type: list
+  elements: dict
+surface_kinds:
+  description: The kinds with a difference in RV(surface).
+  returned: always
+  type: list
+  elements: str
+template_drift:
+  description: Whether the DaemonSet's pod template differs from the render (a restore replaces its pods).
+  returned: always
+  type: bool
+restore:
+  description: Whether fields another manager set are taken over (the caller checks again after the apply, O(verify)).
+  returned: always
+  type: bool
+node_loss:
+  description: The Nodes that run a bcd pod now and that the render's template would leave, C({node, pod, why}).
+  returned: always
+  type: list
+  elements: dict
+lines:
+  description: RV(surface), RV(allowed) and RV(metadata_warnings) as printable lines.
+  returned: always
+  type: list
+  elements: str
 """
 
 import datetime as dt
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
+    KubeError,
+    path,
+    selector,
+    slim_pod,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     CONFIG_OPTION,
     KUBE_OPTIONS,
@@ -89,13 +187,30 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     kube,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_ownership import (
+    CLIENT_SIDE_MANAGERS,
     LAST_APPLIED,
     clean,
     client_side_entries,
     has_last_applied,
     prune,
-    removed_by_apply,
+    removed_after_takeover,
     upgraded_managed_fields,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import (
+    SurfaceError,
+    defaulted,
+    failing,
+    foreign,
+    host_path_line,
+    judge_configmap,
+    judge_daemonset,
+    judge_namespace,
+    line,
+    node_loss,
+    public,
+    scheduling,
+    slim_node_taints,
+    take_over,
 )
 
 PLURAL = {"ConfigMap": "configmaps", "DaemonSet": "daemonsets", "Namespace": "namespaces"}
@@ -106,55 +221,155 @@ def _name(obj: dict) -> str:
     return f"{obj['kind']} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta['name']}"
 
 
+def _judge(api, obj: dict, current: dict, allowed: list[str]) -> tuple[list[dict], list[dict], dict | None]:
+    """The object's pod-surface findings, its metadata warnings, and (a DaemonSet) the render as
+    the API server defaults it."""
+    if obj["kind"] == "DaemonSet":
+        want = defaulted(api, current, obj)
+        found, warnings = judge_daemonset(current, want, obj, allowed)
+        return found, warnings, want
+    if obj["kind"] == "ConfigMap":
+        return judge_configmap(current, obj, allowed), [], None
+    return judge_namespace(current, obj, allowed), [], None
+
+
+def _node_loss(api, current: dict, want: dict) -> list[dict]:
+    """The Nodes that run a pod of the live DaemonSet and that ``want``'s template would leave
+    (read only when the scheduling fields change)."""
+    live_t, want_t = (current.get("spec") or {}).get("template"), (want.get("spec") or {}).get("template")
+    if scheduling(live_t) == scheduling(want_t):
+        return []
+    labels = ((current.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    pods = api.list(path("pods", namespace=current["metadata"]["namespace"]), {"labelSelector": selector(labels) or None},
+                    keep=slim_pod)
+    nodes = {n["metadata"]["name"]: n for n in api.list(path("nodes"), keep=slim_node_taints)}
+    return node_loss(current, want, pods, nodes)
+
+
+def _lines(found: list[dict], manager: str) -> list[str]:
+    out = []
+    for f in found:
+        for s in f["surface"]:
+            out.append(f"{f['object']}: {host_path_line(s) + ' - ' if s['host_path'] else ''}{line(s, manager)}")
+        for s in f["allowed"]:
+            out.append(f"{f['object']}: allowed by bcd_drift_allowed_paths ({s['allowed']}), left as it is: {line(s)}")
+        for w in f["warnings"]:
+            out.append(f"{f['object']}: warning, on its own metadata (not the pods'): {line(w)}")
+    return out
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"config": CONFIG_OPTION, **KUBE_OPTIONS,
                        "objects": {"type": "list", "elements": "dict", "required": True},
-                       "field_manager": {"type": "str", "default": "bcd-ansible"}},
+                       "field_manager": {"type": "str", "default": "bcd-ansible"},
+                       "refuse": {"type": "bool", "default": True},
+                       "verify": {"type": "bool", "default": False}},
         supports_check_mode=True,
     )
     inv = inventory(module)
     api = kube(module, inv)
     manager = module.params["field_manager"]
+    allowed = list(inv.bcd_drift_allowed_paths)
+    verify = module.params["verify"]
     found = []
     for obj in module.params["objects"]:
         if obj.get("kind") not in PLURAL:
             module.fail_json(msg=f"{obj.get('kind')}: not a kind bcd_field_ownership handles ({', '.join(PLURAL)})")
         meta = obj["metadata"]
-        where = path(PLURAL[obj["kind"]], meta["name"], meta.get("namespace"))
+        where = path(PLURAL[obj["kind"]], meta["name"], meta.get("namespace") if obj["kind"] != "Namespace" else None)
         try:
             current = api.get(where)
-        except KubeError as exc:
+            if current is None:
+                continue
+            surface, warnings, want = _judge(api, obj, current, allowed)
+            loss = (_node_loss(api, current, want) if want is not None and module.params["refuse"] and not verify
+                    else [])
+        except (KubeError, SurfaceError) as exc:
             module.fail_json(msg=f"reading {_name(obj)}: {exc}")
-        if current is None or not (client_side_entries(current) or has_last_applied(current)):
-            continue
-        managers = sorted({e["manager"] for e in client_side_entries(current)}) or [LAST_APPLIED]
+        # a Namespace is shared: only its Pod Security labels are taken over, never a client-side apply's set
+        client = obj["kind"] != "Namespace" and bool(client_side_entries(current) or has_last_applied(current))
+        managers = (sorted({e["manager"] for e in client_side_entries(current)}) or [LAST_APPLIED]) if client else []
         found.append({"object": _name(obj), "kind": obj["kind"], "managers": managers, "current": current, "path": where,
-                      "render": obj})
-    result = {"changed": False, "foreign": [{k: f[k] for k in ("object", "kind", "managers")} for f in found]}
-    if found and not inv.bcd_adopt_foreign_objects:
-        lines = [f"{f['object']}: fields managed by {', '.join(f['managers'])} (a client-side kubectl apply)" for f in found]
-        module.fail_json(msg="bcd_adopt_foreign_objects is false and objects bcd-ansible would apply are managed by another "
-                             "field manager; nothing was changed: " + "; ".join(lines) + ". Set bcd_adopt_foreign_objects: "
-                             "true to take them over (what the render does not have is then removed), or delete them.",
-                         **result)
+                      "render": obj, "surface": failing(surface), "allowed": [s for s in surface if s["allowed"]],
+                      "warnings": warnings, "loss": loss})
+
+    result = {
+        "changed": False,
+        "foreign": [{k: f[k] for k in ("object", "kind", "managers")} for f in found if f["managers"]],
+        "surface": [{"object": f["object"], "kind": f["kind"], **public(s)} for f in found for s in f["surface"]],
+        "allowed": [{"object": f["object"], "kind": f["kind"], **public(s)} for f in found for s in f["allowed"]],
+        "metadata_warnings": [{"object": f["object"], "kind": f["kind"], **public(s)} for f in found for s in f["warnings"]],
+        "node_loss": [loss for f in found for loss in f["loss"]],
+        "lines": _lines(found, manager),
+    }
+    result["surface_kinds"] = sorted({s["kind"] for s in result["surface"]})
+    # something another manager owns is taken over: the run checks again after applying
+    result["restore"] = any(f["managers"] or foreign(f["surface"], manager) for f in found)
+    result["template_drift"] = any(s["kind"] == "DaemonSet" and s["path"].startswith("spec.template") for s in result["surface"])
+
+    if verify:
+        if result["surface"]:
+            module.fail_json(msg="the render could not be restored: " + "; ".join(f"{s['object']}: {line(s)}" for s in result["surface"])
+                             + ". Another field manager put these back after bcd-ansible applied the render (a GitOps "
+                             "controller, an operator): change them where that manager applies them, or allow their paths "
+                             "in bcd_drift_allowed_paths", **result)
+        module.exit_json(**result)
+
+    refusals = []
+    if module.params["refuse"] and not inv.bcd_adopt_foreign_objects:
+        for f in found:
+            if f["managers"]:
+                refusals.append(f"{f['object']}: fields managed by {', '.join(f['managers'])} (a client-side kubectl apply)")
+            for s in foreign(f["surface"], manager):
+                if not set(s["managers"]) <= set(CLIENT_SIDE_MANAGERS) | {manager}:
+                    refusals.append(f"{f['object']}: {s['path']} set by field manager(s) "
+                                    f"{', '.join(m for m in s['managers'] if m != manager)} (live {s['live']}, rendered {s['rendered']})")
+        if refusals:
+            refusals = ["bcd_adopt_foreign_objects is false and objects bcd-ansible would apply are managed by another "
+                        "field manager; nothing was changed: " + "; ".join(refusals) + ". Set bcd_adopt_foreign_objects: "
+                        "true to take them over (what the render does not have is then removed), or delete them."]
+    if result["node_loss"] and module.params["refuse"] and not inv.bcd_allow_node_loss:
+        nodes = "; ".join(f"{x['node']} (pod {x['pod']}: {x['why']})" for x in result["node_loss"])
+        who = sorted({m for f in found for s in f["surface"] if s["path"].startswith(
+            ("spec.template.spec.nodeSelector", "spec.template.spec.affinity", "spec.template.spec.tolerations"))
+            for m in s["managers"]})
+        refusals.append(f"the render's nodeSelector, affinity or tolerations would take bcd off {len(result['node_loss'])} "
+                        f"Node(s) that run a bcd pod now: {nodes}"
+                        + (f" (the live ones were set by field manager(s) {', '.join(who)})" if who else "")
+                        + ". Nothing was changed. release-cluster.yml is the way to take bcd off Nodes; to do it with this "
+                        "run on purpose, set bcd_allow_node_loss: true (-e bcd_allow_node_loss=true).")
+    if refusals:
+        module.fail_json(msg=" ".join(refusals), **result)
+
     diffs = []
-    for f, out in zip(found, result["foreign"], strict=True):
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for f in found:
+        current = f["current"]
+        entries = upgraded_managed_fields(current, manager, now) if f["managers"] else current["metadata"].get("managedFields") or []
+        moves = [s["steps"] for s in foreign(f["surface"], manager)]
+        sources: list[str] = []
+        if moves:
+            entries, sources = take_over({**current, "metadata": {**current["metadata"], "managedFields": entries}}, moves,
+                                         manager, now)
+        if not f["managers"] and not sources:
+            continue
         try:
             dry = api.request("PATCH", f["path"], {"fieldManager": manager, "force": "true", "dryRun": "All"},
                               f["render"], content_type="application/apply-patch+yaml")
         except KubeError as exc:
             module.fail_json(msg=f"dry run of the apply of {f['object']}: {exc}", **result)
-        removed = removed_by_apply(f["current"], dry, manager)
-        out["removes"] = bool(removed)
-        diffs.append({"before": clean(f["current"]), "after": clean(prune(dry, removed)),
-                      "before_header": f"{f['object']} (fields of {', '.join(f['managers'])})",
+        removed = removed_after_takeover(entries, dry, manager)
+        for out in result["foreign"]:
+            if out["object"] == f["object"]:
+                out["removes"] = bool(removed)
+        who = sorted(set(f["managers"]) | set(sources))
+        diffs.append({"before": clean(current), "after": clean(prune(dry, removed)),
+                      "before_header": f"{f['object']} (fields of {', '.join(who)})",
                       "after_header": f"{f['object']} (after bcd-ansible takes them over and applies the render)"})
         if not module.check_mode:
-            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": f["current"]["metadata"]["resourceVersion"]},
-                     {"op": "replace", "path": "/metadata/managedFields",
-                      "value": upgraded_managed_fields(f["current"], manager, now)}]
+            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
+                     {"op": "replace", "path": "/metadata/managedFields", "value": entries}]
             try:
                 api.request("PATCH", f["path"], {"fieldManager": manager}, patch, content_type="application/json-patch+json")
             except KubeError as exc:

@@ -94,6 +94,8 @@ VALID = {
     "bcd_rollout_gate_timeout": 300,
     "bcd_rollout_soak": "30s",
     "bcd_lock_ttl": "30m",
+    "bcd_allow_node_loss": False,
+    "bcd_drift_allowed_paths": ['spec.template.metadata.annotations["example.com/team"]'],
 }
 
 # --- invalid values, variable by variable ------------------------------------------------------
@@ -292,6 +294,10 @@ INVALID = {
     "bcd_release_confirm": st.one_of(st.sampled_from(["", "   ", "\t"]), st.integers(), st.lists(st.integers(), max_size=2)),
     "bcd_release_force": not_bool,
     "bcd_adopt_foreign_objects": not_bool,
+    "bcd_allow_node_loss": not_bool,
+    "bcd_drift_allowed_paths": st.one_of(
+        not_list, st.sampled_from([["spec"], ["spec.template"], ["status.x"], ["spec.template.spec.volumes[a"], [5], [""],
+                                   ["data"], [" spec.template.spec.hostPID"]])),
     "bcd_gpu_stack_force_conflicts": not_bool,
     "bcd_render_force": not_bool,
     "bcd_render_format": st.one_of(text.filter(lambda s: s not in ("json", "yaml")), anything_but_str),

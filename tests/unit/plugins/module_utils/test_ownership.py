@@ -6,7 +6,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_ownership impor
     LAST_APPLIED,
     clean,
     prune,
-    removed_by_apply,
+    removed_after_takeover,
     subtract_fields,
     upgraded_managed_fields,
 )
@@ -34,7 +34,7 @@ def test_subtract_keeps_what_the_other_does_not_hold():
 def test_prune_removes_the_extra_volume_and_the_annotation():
     applied = {**OBJ, "metadata": {**OBJ["metadata"], "managedFields": [
         *OBJ["metadata"]["managedFields"], {"manager": "bcd-ansible", "operation": "Apply", "fieldsV1": OURS}]}}
-    removed = removed_by_apply(OBJ, applied, "bcd-ansible")
+    removed = removed_after_takeover(upgraded_managed_fields(applied, "bcd-ansible", "t"), applied, "bcd-ansible")
     after = prune(applied, removed)
     assert after["spec"]["volumes"] == [{"name": "conf"}]
     assert LAST_APPLIED not in after["metadata"].get("annotations", {})
