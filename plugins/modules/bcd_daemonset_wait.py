@@ -379,8 +379,9 @@ def main() -> None:
             # a node whose pod was just restarted has none until its replacement comes: wait for it too
             waiting_on = [n for n in set(pods) | restarted_on if n not in named and not pod_ready(pods.get(n))]
             if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
-                lines = "\n".join(f"{b['node']}: {b['why']}" if b["why"].startswith(f"pod {b['pod']} ")
-                                   else f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
+                lines = "\n".join(
+                    f"{b['node']}: {b['why']}" if b["why"].startswith(f"pod {b['pod']} ")
+                    else f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
                 module.fail_json(
                     msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
                         f"out the {timeout}s timeout):\n{lines}\nFix the cause (a refused join names the "

@@ -142,7 +142,9 @@ nodes:
       description: Whether it reports (adopting, ready or draining).
       type: bool
     why:
-      description: With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused); with O(pods), why its bcd pod is not healthy.
+      description:
+        - With diagnose, why it does not report (or, for a node that reports, that its current pod's join was refused);
+          with O(pods), why its bcd pod is not healthy.
       type: str
     conditions:
       description: The bcd node's conditions in nodes.list.
@@ -465,7 +467,8 @@ def main() -> None:
         if not row.get("why"):
             row["why"] = (f"reports for now, but {u['why']}" if row["reporting"] else u["why"])
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,
-                     to_join=to_join(out), unhealthy=unhealthy, failing=failing, refused=refused, join_timeout=inv.bcd_join_timeout, polls=polls, cluster=kube_api.source,
+                     to_join=to_join(out), unhealthy=unhealthy, failing=failing, refused=refused,
+                     join_timeout=inv.bcd_join_timeout, polls=polls, cluster=kube_api.source,
                      cp_requests=cp.requests, kube_requests=kube_api.requests)
 
 

@@ -41,7 +41,7 @@ description:
     M(bcd.kubernetes.bcd_admission) asks - a server-side dry-run create (C(dryRun=All)) of one pod of
     the rendered template, for the first selected Node that does not report (else the first selected
     Node), which runs ResourceQuota, LimitRange, Pod Security, ValidatingAdmissionPolicies and
-    admission webhooks and stores nothing. The answer is deferred (RV(admission.deferred)) when
+    admission webhooks and stores nothing. The answer is deferred (C(deferred) in RV(admission)) when
     C(bcd_namespace) does not exist yet, or when the refused namespace lacks a label the rendered
     Namespace sets (C(bcd_create_namespace); its apply may change the answer) - the caller asks again
     with M(bcd.kubernetes.bcd_admission) once the Namespace is applied, before any token exists.
