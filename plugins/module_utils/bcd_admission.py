@@ -95,8 +95,9 @@ def judge(message: str, namespace: str, nodes: int | None = None, priority_class
     m = _QUOTA.search(text)
     if m:
         return out("quota", f"raise the spec.hard of ResourceQuota {m['name']} in namespace {namespace} (limited: "
-                            f"{m['limited']}, used: {m['used']}) so that it admits bcd's {need}, or remove it (kubectl "
-                            f"edit resourcequota {m['name']} -n {namespace})")
+                            f"{m['limited']}, used: {m['used']}) so that it admits bcd's {need} (kubectl edit "
+                            f"resourcequota {m['name']} -n {namespace}), or remove it (kubectl delete resourcequota "
+                            f"{m['name']} -n {namespace})")
     m = _QUOTA_SCOPES.search(text)
     if m:
         return out("quota", f"add a ResourceQuota in namespace {namespace} that covers bcd's pods ({m['what'].strip()}): "

@@ -229,6 +229,19 @@ def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None, revi
     return out
 
 
+def fix_text(bad: list[dict], namespace: str) -> str:
+    """The fix for ``bad`` (:func:`cannot_start`), naming only the causes that are there."""
+    fixes = []
+    if any(b["why"].startswith("join refused") for b in bad):
+        fixes.append("a refused join names the control plane's reason: fix the pins, site or gateway in the inventory, "
+                     "or the token")
+    crashed = [b["pod"] for b in bad if not b["why"].startswith("join refused")]
+    if crashed:
+        fixes.append(f"a failing container's last exit quotes what bcd wrote before it exited; kubectl -n {namespace} logs "
+                     f"{crashed[0]} -c bcd --previous shows more")
+    return "Fix the cause (" + "; ".join(fixes) + ") and run again."
+
+
 def stale(pods: dict[str, dict], since: str) -> list[dict]:
     """The pods whose join failed before ``since`` (before this wait, so before the token and
     config it waits for were in place) and that do not run: restarted, they try again now
@@ -384,10 +397,7 @@ def main() -> None:
                     else f"{b['node']}: pod {b['pod']}: {b['why']}" for b in bad)
                 module.fail_json(
                     msg=f"{where}: {len(bad)} pod(s) cannot start, so the rollout cannot complete (not waiting "
-                        f"out the {timeout}s timeout):\n{lines}\nFix the cause (a refused join names the "
-                        "control plane's reason: pins, site or gateway in the inventory, or the token; a failing "
-                        "container's last exit quotes what bcd wrote before it exited, and kubectl -n "
-                        f"{inv.bcd_namespace} logs <pod> -c bcd --previous shows more) and run again.",
+                        f"out the {timeout}s timeout):\n{lines}\n{fix_text(bad, inv.bcd_namespace)}",
                     failed_nodes=bad, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1), watch=watched())
             if late:

@@ -172,7 +172,8 @@ def test_a_quota_of_zero_pods_is_refused_in_the_preflight_in_check_mode_too(sand
         assert r.returncode != 0, r.tail()
         assert "exceeded quota: crit, requested: pods=1, used: pods=0, limited: pods=0" in r.text, r.tail()
         assert "Fix: raise the spec.hard of ResourceQuota crit in namespace bcd-system (limited: pods=0, used: pods=0) " \
-               f"so that it admits bcd's {n} pods, one per selected Node, or remove it" in r.text, r.tail()
+               f"so that it admits bcd's {n} pods, one per selected Node (kubectl edit resourcequota crit -n bcd-system), " \
+               "or remove it (kubectl delete resourcequota crit -n bcd-system)" in r.text, r.tail()
         assert r.reached("Reach the control plane") and not r.reached("Prove GPU isolation node by node"), "refused in the preflight"
     assert len(world.tokens()) == before and world.unrevoked() == []
     assert daemonset(world) is None
