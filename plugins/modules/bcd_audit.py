@@ -56,7 +56,9 @@ description:
     exit code (C(Error)), none restarted during the audit. A failure names the pod, its state and
     the container's last exit (C(lastState.terminated) - exit code, reason, termination message).
     A Ready pod of an older template under updateStrategy C(OnDelete) passes with a warning (it is
-    replaced only when deleted; C(drift-daemonset) reports the strategy)."
+    replaced only when deleted; C(drift-daemonset) reports the strategy). A Node with no pod names
+    the DaemonSet's latest C(FailedCreate) refusal (a quota, Pod Security, an admission policy) when
+    there is one, with its time."
   - "C(pod-security) - namespaces other than bcd's and C(bcd_privileged_namespaces) whose pods may
     run privileged (no C(pod-security.kubernetes.io/enforce) label, or C(privileged)); a failure
     with C(bcd_require_pod_security), else a passing check with a warning, as adopt-cluster.yml does."
@@ -129,6 +131,11 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission import (
+    describe,
+    events_query,
+    latest,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import table
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
     NODE_STATES_REPORTING,
@@ -336,6 +343,12 @@ def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list
     where = f"DaemonSet {inv.bcd_namespace}/{inv.bcd_name}"
     on_delete = ((ds or {}).get("spec") or {}).get("updateStrategy", {}).get("type") == "OnDelete"
     out = []
+    refusal = None
+    if ds is not None and any(by_node.get(name) is None for name in selected):
+        # a Node without its pod: the API server may be refusing the pods (quota, Pod Security,
+        # admission policy), which only the DaemonSet's FailedCreate events say
+        events = core.list(path("events", namespace=inv.bcd_namespace), events_query(ds["metadata"]["uid"]))
+        refusal = latest(events, ds["metadata"]["uid"], inv.bcd_namespace, len(selected), inv.bcd_priority_class_name)
     for name in selected:
         pod = by_node.get(name)
         why = pod_health(pod, ds, revision, since)
@@ -348,7 +361,10 @@ def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list
             out.append(result(cluster, "pod", name, True, f"{name}: {healthy_text(pod)}; {why} (updateStrategy OnDelete: "
                               "replaced only when deleted; rollout.yml rolls it)", warning=True))
             continue
-        if pod is None:
+        if pod is None and refusal is not None:
+            fix = (f"the API server refuses {where}'s pods (its latest FailedCreate event, {refusal['count']}x, last at "
+                   f"{refusal['at']}): {describe(refusal)}")
+        elif pod is None:
             fix = (f"{where} does not exist: adopt-cluster.yml creates it" if ds is None else
                    f"{where} has no pod there (the Node does not match its selector, a taint it does not tolerate, or "
                    "not scheduled yet); adopt-cluster.yml waits for it and says why")

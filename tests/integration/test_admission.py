@@ -214,6 +214,13 @@ def test_a_quota_added_after_the_preflight_fails_the_wait_within_seconds(sandbox
         reliability.figures.update({"time from the DaemonSet's apply to the failure s": round(applied_to_failed, 1),
                                     "wait s": round(run.task_seconds(WAIT_TASK), 1), "rollout timeout s": int(timeout),
                                     "tokens left": len(world.unrevoked())})
+        # audit, with the quota still there: a Node without its pod names the refusal, not a selector
+        audited = runner.run("audit.yml")
+        assert audited.returncode != 0, audited.tail()
+        # (the callback's YAML doubles the quote in "bcd's")
+        assert "no bcd pod on the Node; fix: the API server refuses DaemonSet bcd-system/bcd" in audited.text, audited.tail()
+        assert "pods (its latest FailedCreate event" in audited.text, audited.tail()
+        assert "exceeded quota: crit" in audited.text, audited.tail()
     finally:
         no_quota(sandbox)
         # the DaemonSet controller backs off after refusals: start the next run from a new DaemonSet
