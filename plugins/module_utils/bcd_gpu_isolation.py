@@ -41,8 +41,21 @@ import os
 import re
 import stat
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import (
+    DISABLED,
+    FAILED,
+    FAMILIES,
+    LABEL,
+    REFUSED,
+    VERSION_FILE,
+    family_of,
+    parse_version,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import value as quantity_value
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
+    containerd_unit,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
     load as load_runtime_config,
 )
@@ -225,6 +238,13 @@ class _Root:
         except OSError:
             return False
 
+    def lexists(self, node_path: str) -> bool:
+        return self.exists(node_path)
+
+    def names(self, node_dir: str) -> list[str]:
+        """Every entry of a directory (names only), as Go's Readdirnames gives them."""
+        return sorted(os.listdir(self.host(node_dir)))
+
     def read_text(self, node_path: str, limit: int | None = None) -> str:
         with open(self.host(node_path), "rb") as handle:
             data = handle.read(limit) if limit else handle.read()
@@ -294,11 +314,72 @@ def _runtime_name(path: tuple) -> str:
     return _dotted(path[:-1]) or path[-1]
 
 
+def _who(rules: list[str]) -> str:
+    seen = list(dict.fromkeys(rules))
+    return seen[0] if len(seen) == 1 else ", ".join(seen[:-1]) + " and " + seen[-1]
+
+
+def not_serving(configs: list[dict], status: str) -> list[dict]:
+    """Findings for each containerd loader family under which no configuration in effect serves
+    CRI: containerd refuses its configuration (``containerd-refuses``), its CRI plugin does not
+    load (``cri-not-loaded``) or is disabled (``no-cri-runtime``). ``status`` ``unverifiable`` gives
+    the isolation findings (the kubelet's runtime is not one this check knows); ``not-ready`` the
+    readiness ones (refused or not loading: no pod runs; disabled: left to the handler check)."""
+    families = [f for f in FAMILIES if any(c.get("family") == f for c in configs)] or [None]
+    groups: dict[tuple, list[str]] = {}
+    for fam in families:
+        group = [c for c in configs if c.get("family") in (None, fam)]
+        if not group or any(c["serves_cri"] for c in group):
+            continue
+        for c in group:
+            state = c.get("state", DISABLED)
+            if status == NOT_READY and state == DISABLED:
+                continue
+            where = c.get("where") or c["root"] if state == REFUSED else c["root"]
+            groups.setdefault((state, where, c.get("reason") or "", c["root"]), []).append(c["rule"])
+    out = []
+    for (state, where, reason, root), rules in groups.items():
+        who = _who(rules)
+        if state == REFUSED:
+            out.append(finding(
+                status, "containerd-refuses", where,
+                f"{who} refuses to start with the configuration of {root} ({reason}): "
+                + ("no pod, bcd's included, can run on this node." if status == NOT_READY else
+                   "it runs no pod, and what the node runs instead cannot be judged."),
+                f"fix {where} so that containerd starts with it (on the node: containerd --config {root} config dump "
+                "shows what it reads), or, if the node runs another release, put its `containerd --version` output in "
+                f"/{VERSION_FILE} of the collected root",
+            ))
+        elif state == FAILED:
+            out.append(finding(
+                status, "cri-not-loaded", root,
+                f"under {who} the CRI plugin does not load with the configuration of {root} ({reason}): containerd "
+                "runs but serves no Kubernetes pod"
+                + (", so bcd's pod cannot start here." if status == NOT_READY else
+                   ", so the kubelet's runtime is configured somewhere this check does not know."),
+                f"fix the CRI plugin's configuration in {root} or the files it imports ({reason}); "
+                "`journalctl -u containerd` shows `failed to load plugin` with the same reason",
+            ))
+        else:
+            out.append(finding(
+                status, "no-cri-runtime", root,
+                f"no container runtime configuration in effect serves CRI ({root}: the CRI plugin is disabled, {reason}"
+                f", under {who}), so the kubelet's runtime is configured somewhere this check does not know.",
+                "name the kubelet's runtime configuration in bcd_container_runtime (files, dirs), or enable the CRI "
+                "plugin (remove it from disabled_plugins)",
+            ))
+    return out
+
+
 class NodeVerifier:
     """Collects what one node root says about GPU isolation. Use :func:`verify_node_root`."""
 
-    def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None):
+    def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
+                 containerd_version: str | None = None):
         self.fs = _Root(root)
+        self._containerd_version = containerd_version
+        self.containerd_version = None
+        self.containerd_version_source = None
         self.findings: list[dict] = []
         self.files_read: list[str] = []
         self.runtimes: list[dict] = []
@@ -329,6 +410,8 @@ class NodeVerifier:
         self._extra_dirs = list((runtime_paths or {}).get("dirs", []) or [])
         self.runtime_configs: list[dict] = []
         self.ignored: list[dict] = []
+        self.mount_findings: list[dict] = []
+        self.effective = None
         # (file, runtime name, key, pattern) of runtimes passing annotations into containers
         self._annotation_runtimes: list[tuple[str, str, str, str]] = []
 
@@ -388,11 +471,14 @@ class NodeVerifier:
         self._parsed_runtime += 1  # it exists: the node has runtime configuration, readable or not
         return self._parse_toml(path, template=template)
 
-    def _scan_runtime_doc(self, path: str, doc: dict, origin: dict | None = None, defaults: dict | None = None) -> None:
+    def _scan_runtime_doc(self, path: str, doc: dict, origin: dict | None = None, defaults: dict | None = None,
+                          keys: dict | None = None) -> None:
         """Every runtime of a (merged) configuration; ``origin`` maps a key path to the file that set
-        it, ``defaults`` the default runtime's name to where that default is set."""
+        it, ``keys`` to the key as that file writes it, ``defaults`` the default runtime's name to
+        where that default is set."""
         origin = origin or {}
         defaults = defaults or {}
+        keys = keys or {}
 
         def source(keypath: tuple) -> str:
             if keypath in origin:
@@ -405,7 +491,7 @@ class NodeVerifier:
             if not isinstance(value, str) or keypath[-1] not in BINARY_KEYS:
                 continue
             name = _runtime_name(keypath)
-            self._runtime(source(keypath), name, _dotted(keypath), value, defaults.get(name))
+            self._runtime(source(keypath), name, keys.get(keypath) or _dotted(keypath), value, defaults.get(name))
         if crio:
             # A CRI-O runtime without runtime_path runs the binary named like the runtime ($PATH).
             runtimes = ((doc.get("crio") or {}).get("runtime") or {}).get("runtimes") or {}
@@ -697,9 +783,32 @@ class NodeVerifier:
 
     # -- all together ---------------------------------------------------------------------------
 
+    def _families(self) -> list[str]:
+        """The containerd loader families to judge: the node's own when its version is known
+        (``containerd --version`` output given, or in the root's VERSION_FILE), else every one."""
+        text, source = self._containerd_version, "containerd --version"
+        if text is None and self.fs.isfile("/" + VERSION_FILE):
+            source = "/" + VERSION_FILE
+            try:
+                text = self.fs.read_text(source, limit=4096)
+            except (OSError, UnicodeDecodeError) as exc:
+                self.notes.append(f"{source} cannot be read ({exc}): containerd's version is unknown")
+                text = None
+            if source not in self.files_read:
+                self.files_read.append(source)
+        version = parse_version(text) if text else None
+        if text and not version:
+            self.notes.append(f"{source} does not hold `containerd --version` output ({text.strip()[:80]!r}): "
+                              "containerd's version is unknown")
+        family = family_of(version)
+        self.containerd_version = ".".join(map(str, version)) if version else None
+        self.containerd_version_source = source if version else None
+        return [family] if family else list(FAMILIES)
+
     def _effective(self) -> None:
         """Load the configuration in effect and judge only that (see bcd_runtime_config)."""
-        eff = load_runtime_config(self.fs, self._read_runtime, self._extra_files, self._extra_dirs)
+        families = self._families()
+        eff = load_runtime_config(self.fs, self._read_runtime, self._extra_files, self._extra_dirs, families)
         self.effective = eff
         for where, message, fix in eff.problems:
             self.findings.append(finding(UNVERIFIABLE, "runtime-config", where, message, fix))
@@ -709,19 +818,22 @@ class NodeVerifier:
             if c.get("default_runtime"):
                 name, where = c["default_runtime"]
                 defaults[name] = where
-            self._scan_runtime_doc(c["root"], c["doc"], c["origin"], defaults)
+            self._scan_runtime_doc(c["root"], c["doc"], c["origin"], defaults, c.get("keys"))
             for name, binary in sorted((c.get("extra_runtimes") or {}).items()):
                 self._runtime(c["root"], name, f"{c['runtime']}'s built-in base template (finds {binary})", binary,
                               defaults.get(name))
-        if eff.configs and not serving:
-            roots = ", ".join(sorted({c["root"] for c in eff.configs}))
-            self.findings.append(finding(
-                UNVERIFIABLE, "no-cri-runtime", sorted({c["root"] for c in eff.configs})[0],
-                f"no container runtime configuration in effect serves CRI ({roots}: the CRI plugin is disabled), so "
-                "the kubelet's runtime is configured somewhere this check does not know.",
-                "name the kubelet's runtime configuration in bcd_container_runtime (files, dirs), or enable the CRI "
-                "plugin (remove it from disabled_plugins)",
-            ))
+        if any(c.get("family") for c in eff.configs):
+            if len(families) > 1:
+                self.notes.append(
+                    f"containerd's version is unknown (no /{VERSION_FILE} with `containerd --version` output in the "
+                    "node root): its configuration is judged as containerd "
+                    + ", ".join(LABEL[f].split(" ", 1)[1] for f in families)
+                    + " read it, and the worst verdict counts"
+                )
+            else:
+                self.notes.append(f"containerd {self.containerd_version} (from {self.containerd_version_source}): its "
+                                  f"configuration is judged as {LABEL[families[0]]} reads it")
+        self.findings.extend(not_serving(eff.configs, UNVERIFIABLE))
         for c in eff.configs:
             handlers = {}
             for name, h in sorted(c["handlers"].items()):
@@ -733,15 +845,44 @@ class NodeVerifier:
                 handlers[name] = {"binary": binary, "nvidia": nvidia}
             for name, binary in (c.get("extra_runtimes") or {}).items():
                 handlers.setdefault(name, {"binary": binary, "nvidia": True})
-            self.runtime_configs.append({
+            entry = {
                 "runtime": c["runtime"], "rule": c["rule"], "root": c["root"], "files": c["files"],
                 "serves_cri": c["serves_cri"],
                 "default_runtime": c["default_runtime"][0] if c.get("default_runtime") else None,
                 "handlers": handlers,
-            })
+            }
+            if c.get("family"):
+                entry.update({"family": c["family"], "state": c["state"], "reason": c["reason"], "where": c["where"]})
+            self.runtime_configs.append(entry)
+        self.mount_findings = self._mounted(eff)
         self.ignored = list(eff.ignored)
         self.notes.extend(eff.notes)
         self.notes.extend(f"{i['file']} is not in effect: {i['why']}" for i in eff.ignored)
+
+    def _mounted(self, eff) -> list[dict]:
+        """When containerd.service names another --config than the default, bcd's pod must mount
+        it (bcd_container_runtime): a readiness finding naming the files when it does not."""
+        root = getattr(eff, "containerd_root", None)
+        mounted_files, mounted_dirs = self._extra_files, self._extra_dirs
+        if not (mounted_files or mounted_dirs) or not root or root == RUNTIME_FILES[0]:
+            return []
+        loaded = sorted({f for c in eff.configs if c.get("family") and c["runtime"] == "containerd" for f in c["files"]}
+                        | {root})
+
+        def covered(path: str) -> bool:
+            return path in mounted_files or any(path.startswith(d.rstrip("/") + "/") for d in mounted_dirs)
+
+        missing = [f for f in loaded if not covered(f)]
+        if not missing:
+            return []
+        return [finding(
+            NOT_READY, "runtime-config-not-mounted", root,
+            f"containerd.service starts containerd with --config {root}, but bcd_container_runtime mounts "
+            f"{', '.join(mounted_files + mounted_dirs)} into bcd's pod, not {', '.join(missing)}: bcd's own check on "
+            "the node would judge files containerd does not read.",
+            "set bcd_container_runtime: {files: [" + ", ".join(f for f in loaded if "*" not in f) + "], dirs: []} "
+            "(the files containerd loads, as this check found them)",
+        )]
 
     def _cdi_specs(self) -> list[dict]:
         """Each CDI specification of kind nvidia.com/gpu: path, device names, whether all are UUIDs."""
@@ -822,6 +963,9 @@ class NodeVerifier:
             "ignored_files": self.ignored,
             "cdi_specs": self._cdi_specs(),
             "plugins_registry": self.fs.isdir(KUBELET_PLUGINS_REGISTRY),
+            "containerd_version": self.containerd_version,
+            "containerd_config": getattr(self.effective, "containerd_root", None),
+            "runtime_mount": self.mount_findings,
             "files_read": self.files_read,
             "runtimes": self.runtimes,
             "hooks": self.hooks,
@@ -833,9 +977,19 @@ class NodeVerifier:
         }
 
 
+def containerd_binary(root: str) -> str | None:
+    """The containerd binary of the node at ``root`` (as on the node): the one containerd.service
+    starts, else the first ``containerd`` on the usual $PATH; None when there is none."""
+    fs = _Root(root)
+    unit = containerd_unit(fs)
+    if unit and unit.get("binary") and unit["binary"].startswith("/") and fs.isfile(unit["binary"]):
+        return unit["binary"]
+    return next((f"{d}/containerd" for d in PATH_DIRS if fs.isfile(f"{d}/containerd")), None)
+
+
 def verify_node_root(
     root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
-    handler: str | None = "nvidia", gpu_api: str = "device-plugin",
+    handler: str | None = "nvidia", gpu_api: str = "device-plugin", containerd_version: str | None = None,
 ) -> dict:
     """Check one node's root directory for GPU isolation.
 
@@ -858,7 +1012,7 @@ def verify_node_root(
     ``cdi_specs`` and ``plugins_registry`` too.
     Raises :class:`NodeRootError` when ``root`` is not a directory.
     """
-    result = NodeVerifier(root, runtime_paths, toolkit_paths).run()
+    result = NodeVerifier(root, runtime_paths, toolkit_paths, containerd_version).run()
     result["readiness"] = readiness(result, handler, gpu_api)
     result["ready"] = ready_of(result["readiness"])
     return result
@@ -892,7 +1046,7 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
     specification of kind ``nvidia.com/gpu`` must name every device by UUID (``GPU-<uuid>``).
     With ``gpu_api`` ``dra``, the kubelet's plugin registration directory must be present.
     """
-    out = []
+    out = not_serving(node.get("runtime_configs") or [], NOT_READY) + list(node.get("runtime_mount") or [])
     configs = [c for c in node.get("runtime_configs") or [] if c.get("serves_cri")]
     if handler:
         if not configs:

@@ -348,6 +348,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
     NOT_READY,
     NodeRootError,
     combine,
+    containerd_binary,
     finding,
     ready_summary,
     summary,
@@ -487,12 +488,27 @@ def _runtime_class(kube: Kube, name: str | None) -> tuple[str | None, list[dict]
 
 # --- scopes ------------------------------------------------------------------------------------
 
+def _containerd_version(module, root: str) -> str | None:
+    """On the node itself (root /): what its containerd binary says it is (``--version``)."""
+    if os.path.realpath(root) != "/":
+        return None
+    try:
+        binary = containerd_binary("/")
+    except (NodeRootError, OSError):
+        return None
+    if not binary:
+        return None
+    rc, out, _ = module.run_command([binary, "--version"])
+    return out if rc == 0 and out.strip() else None
+
+
 def run_node(module) -> None:
     root = module.params["root"]
     name = module.params["node_name"]
     try:
         result = verify_node_root(root, _paths(module, "runtime_paths"), _paths(module, "toolkit_paths"),
-                                  module.params["runtime_handler"] or None, module.params["gpu_api"])
+                                  module.params["runtime_handler"] or None, module.params["gpu_api"],
+                                  containerd_version=_containerd_version(module, root))
     except NodeRootError as exc:
         module.fail_json(msg=f"bcd_node_root: {exc}")
         return
