@@ -40,7 +40,7 @@ from tests.containerd_configs import OPERATOR_TOOLKIT, PACKAGES_TOOLKIT, digest,
 
 SEED = 20261201
 COUNT = 320
-WORKERS = 3
+WORKERS = 8
 
 # Deliberate exceptions: (what, why). None today; a disagreement the judge keeps on purpose goes here
 # with a predicate over (case files, containerd's answer) and the reason.
@@ -89,17 +89,16 @@ def binaries():
 
 
 @pytest.mark.parametrize("version", oracle.VERSIONS)
-def test_file_judge_agrees_with_real_containerd(version, binaries, cases, tmp_path):
+def test_file_judge_agrees_with_real_containerd(version, binaries, cases):
     start = time.monotonic()
     with ThreadPoolExecutor(WORKERS) as pool:
         answers = list(pool.map(lambda c: oracle.ask(binaries[version], version, c["root"], c["digest"]), cases))
     asked = sum(1 for a in answers if not a["cached"])
     disagree, excepted = [], {}
     for case, answer in zip(cases, answers, strict=True):
-        root = tmp_path / case["name"]
-        shutil.copytree(case["root"], root)
-        (root / VERSION_FILE).write_text(f"containerd github.com/containerd/containerd v{version} oracle\n")
-        result = verify_node_root(str(root))
+        # the node's release, as a collected root records it (containerd ignores the file)
+        (case["root"] / VERSION_FILE).write_text(f"containerd github.com/containerd/containerd v{version} oracle\n")
+        result = verify_node_root(str(case["root"]))
         ours = (result["verdict"], result["ready"])
         theirs = expected(answer, case["files"])
         if ours == theirs:
