@@ -19,8 +19,9 @@ Two levels, both pure Python:
   runs on a node over SSH.
 * **Cluster level** (:func:`node_allocatable_findings`, :func:`resource_slice_findings`,
   :func:`cluster_policy_findings`, combined per node by :func:`combine`): another device plugin
-  (a Node's allocatable ``nvidia.com/*`` > 0), another GPU DRA driver in ResourceSlices, and a
-  GPU operator ClusterPolicy whose settings let GPUs out. These take the objects as the API
+  (a GPU resource on a Node's allocatable above zero: :data:`FOREIGN_GPU_RESOURCES` and the
+  operator's bcd_foreign_gpu_resources), another GPU DRA driver in ResourceSlices, and the GPU
+  operator ClusterPolicy it acts on (:func:`active_cluster_policy`) whose settings let GPUs out. These take the objects as the API
   returns them (plain dicts); reading them is the module's business.
 
 Paths in results are always as on the node (absolute, relative to the root), never the folder
@@ -1137,20 +1138,59 @@ def _quantity_positive(q) -> bool:
         return True  # an unreadable quantity is not proof of zero
 
 
-def node_allocatable_findings(node: dict) -> list[dict]:
-    """Another device plugin: the Node's allocatable ``nvidia.com/*`` resources above zero."""
+# Extended resources through which another device plugin hands out GPUs, and whose plugin it is
+# (bcd_foreign_gpu_resources adds to these). "*" matches any characters.
+FOREIGN_GPU_RESOURCES = {
+    "nvidia.com/*": "NVIDIA's device plugin (the GPU operator's), or HAMi's (nvidia.com/gpumem, nvidia.com/gpucores)",
+    "volcano.sh/vgpu-*": "Volcano's vGPU device plugin",
+    "aliyun.com/gpu-*": "Alibaba Cloud's GPU sharing device plugin",
+    "tencent.com/vcuda-*": "Tencent's GPU manager",
+}
+
+
+def foreign_resource(resource: str, extra: list[str] | tuple = ()) -> str | None:
+    """Whose GPU resource ``resource`` is (a description), or None when it is no known GPU resource."""
+    for pattern, who in FOREIGN_GPU_RESOURCES.items():
+        if fnmatch.fnmatchcase(resource, pattern):
+            return who
+    for pattern in extra or ():
+        if fnmatch.fnmatchcase(resource, pattern):
+            return f"a device plugin listed in bcd_foreign_gpu_resources ({pattern})"
+    return None
+
+
+def node_allocatable_findings(node: dict, extra: list[str] | tuple = ()) -> list[dict]:
+    """Another device plugin: a GPU resource of the Node's allocatable above zero (the built-in
+    list :data:`FOREIGN_GPU_RESOURCES` and the patterns of bcd_foreign_gpu_resources)."""
     name = (node.get("metadata") or {}).get("name", "?")
     alloc = (node.get("status") or {}).get("allocatable") or {}
     out = []
     for resource, q in sorted(alloc.items()):
-        if resource.startswith("nvidia.com/") and _quantity_positive(q):
+        who = foreign_resource(resource, extra)
+        if who and _quantity_positive(q):
             out.append(finding(
                 EXPOSED, "device-plugin", f"Node/{name}",
-                f"the kubelet on {name} can allocate {resource}={q}: another device plugin hands out GPUs there.",
+                f"the kubelet on {name} can allocate {resource}={q}: another device plugin ({who}) hands out GPUs "
+                "there.",
                 "stop that device plugin on bcd's nodes (GPU operator: spec.devicePlugin.enabled=false, which "
-                "gpu-stack.yml sets; or remove the nvidia-device-plugin DaemonSet)",
+                "gpu-stack.yml sets; otherwise remove its DaemonSet or keep it off these nodes with a node selector)",
+                resource=resource,
             ))
     return out
+
+
+def active_cluster_policy(policies: list[dict]) -> tuple[dict | None, list[dict]]:
+    """The ClusterPolicy the GPU operator acts on, and the ones it ignores. The operator reconciles
+    the oldest and sets ``status.state: ignored`` on the others; without that status the oldest
+    (then the first by name) is the active one."""
+    def key(p):
+        meta = p.get("metadata") or {}
+        return (meta.get("creationTimestamp") or "", meta.get("name") or "")
+
+    ordered = sorted(policies or [], key=key)
+    live = [p for p in ordered if ((p.get("status") or {}).get("state")) != "ignored"]
+    active = (live or ordered or [None])[0]
+    return active, [p for p in ordered if p is not active]
 
 
 def is_gpu_dra_driver(driver: str) -> bool:
@@ -1262,6 +1302,7 @@ def combine(
     handler: str | None = "nvidia",
     gpu_api: str = "device-plugin",
     cluster_readiness: list[dict] | None = None,
+    foreign_resources: list[str] | tuple = (),
 ) -> dict:
     """One verdict per selected Node, from cluster-level objects and node files.
 
@@ -1273,7 +1314,9 @@ def combine(
     read (over SSH, or from a collected folder).
 
     Rules: cluster findings apply to the nodes they concern (ClusterPolicy findings to every
-    selected node). Without node files, a gpu-operator node takes the ClusterPolicy as its
+    selected node; only the ClusterPolicy the operator acts on counts, see
+    :func:`active_cluster_policy`, the others are named in a note). ``foreign_resources``: the
+    patterns of bcd_foreign_gpu_resources. Without node files, a gpu-operator node takes the ClusterPolicy as its
     evidence (the report says its files were not read); a packages or custom node is
     ``unverifiable``.
 
@@ -1284,20 +1327,29 @@ def combine(
     """
     operator_mode = mode == "gpu-operator"
     policy_findings = []
-    for p in policies or []:
-        policy_findings.extend(cluster_policy_findings(p, operator_mode))
+    active, ignored = active_cluster_policy(policies or [])
+    policy_notes = []
+    if active is not None:
+        policy_findings.extend(cluster_policy_findings(active, operator_mode))
+    if ignored:
+        policy_notes.append(
+            f"the cluster has {len(ignored) + 1} ClusterPolicies; the GPU operator acts on the oldest, "
+            f"ClusterPolicy/{(active.get('metadata') or {}).get('name')}, and ignores "
+            + ", ".join(f"ClusterPolicy/{(p.get('metadata') or {}).get('name')}" for p in ignored)
+            + ": isolation is judged by the one it acts on (gpu-stack.yml configures every one)"
+        )
     per_slice = resource_slice_findings(slices or [], slice_api or "")
     names = [(n.get("metadata") or {}).get("name", "?") for n in nodes]
-    toolkit_by_operator = any(
-        ((p.get("spec") or {}).get("toolkit") or {}).get("enabled", True) is not False for p in policies or []
+    toolkit_by_operator = active is not None and (
+        ((active.get("spec") or {}).get("toolkit") or {}).get("enabled", True) is not False
     )
     out = []
     for node, name in zip(nodes, names, strict=True):
-        findings = list(node_allocatable_findings(node))
+        findings = list(node_allocatable_findings(node, foreign_resources))
         findings.extend(f for target, f in per_slice if target in (None, name))
         findings.extend(policy_findings)
         files = node_files.get(name)
-        notes = []
+        notes = list(policy_notes)
         ready = list(cluster_readiness or [])
         if files is not None and "result" in files:
             node_level = files["result"]

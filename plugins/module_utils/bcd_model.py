@@ -98,6 +98,8 @@ TOOLKIT_PRESETS = {
     "packages": {"files": [], "dirs": ["/etc/nvidia-container-runtime"]},
 }
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
+# An extended resource name (a DNS subdomain, "/", a name), "*" allowed in the name as a wildcard.
+FOREIGN_RESOURCE_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9*]([-A-Za-z0-9_.*]*[A-Za-z0-9*])?")
 
 # Variables that hold secrets: never echoed, never passed inside ``config``.
 SECRET_VARIABLES = ("bcd_api_key",)
@@ -513,6 +515,9 @@ class Inventory(BaseModel):
     bcd_node_roots: dict[str, str] = Field(default_factory=dict)
     # On a host of inventory group gpu_nodes: the Kubernetes Node it is (default: its inventory name).
     bcd_node_name: str | None = None
+    # GPU isolation: extended resources of other GPU device plugins, beyond the built-in list
+    # (bcd_gpu_isolation.FOREIGN_GPU_RESOURCES); a Node that allocates one is exposed.
+    bcd_foreign_gpu_resources: list[str] = Field(default_factory=list, max_length=64)
 
     # rollout.yml (issue: scheduled rollouts).
     bcd_rollout_canary: int = Field(default=1, ge=0, le=10000)
@@ -619,6 +624,15 @@ class Inventory(BaseModel):
     def _namespaces(cls, v: list[str]) -> list[str]:
         for name in v:
             check_dns_label(name)
+        return v
+
+    @field_validator("bcd_foreign_gpu_resources")
+    @classmethod
+    def _foreign_resources(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if not FOREIGN_RESOURCE_RE.fullmatch(item) or len(item) > 253:
+                raise ValueError(f"{_show(item)} is not an extended resource name (<domain>/<name>), where the name "
+                                 "may hold * for any characters, such as example.com/vgpu-*")
         return v
 
     @field_validator("bcd_cluster_name")
@@ -872,7 +886,7 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
 # Variables whose value is a mapping or a list (or may be one, beside a preset name).
 _STRUCTURED = ("bcd_pins", "bcd_join_encryption_jwk", "bcd_join_token_secret", "bcd_node_selector", "bcd_tolerations",
                "bcd_image_pull_secrets", "bcd_resources", "bcd_kubelet_credentials", "bcd_container_runtime",
-               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots")
+               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots", "bcd_foreign_gpu_resources")
 
 
 def from_strings(variables: dict) -> tuple[dict, list[str]]:
