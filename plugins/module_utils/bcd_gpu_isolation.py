@@ -861,29 +861,44 @@ class NodeVerifier:
         self.notes.extend(f"{i['file']} is not in effect: {i['why']}" for i in eff.ignored)
 
     def _mounted(self, eff) -> list[dict]:
-        """When containerd.service names another --config than the default, bcd's pod must mount
-        it (bcd_container_runtime): a readiness finding naming the files when it does not."""
-        root = getattr(eff, "containerd_root", None)
+        """Files containerd loads that bcd_container_runtime does not mount into bcd's pod, where it
+        matters: a --config of containerd.service other than the default, and k3s/RKE2's drop-ins
+        (the preset mounts config-v3.toml.d; a version 2 k3s imports config.toml.d). A readiness
+        finding naming the files to list."""
         mounted_files, mounted_dirs = self._extra_files, self._extra_dirs
-        if not (mounted_files or mounted_dirs) or not root or root == RUNTIME_FILES[0]:
+        if not (mounted_files or mounted_dirs):
             return []
-        loaded = sorted({f for c in eff.configs if c.get("family") and c["runtime"] == "containerd" for f in c["files"]}
-                        | {root})
 
         def covered(path: str) -> bool:
             return path in mounted_files or any(path.startswith(d.rstrip("/") + "/") for d in mounted_dirs)
 
-        missing = [f for f in loaded if not covered(f)]
-        if not missing:
-            return []
-        return [finding(
-            NOT_READY, "runtime-config-not-mounted", root,
-            f"containerd.service starts containerd with --config {root}, but bcd_container_runtime mounts "
-            f"{', '.join(mounted_files + mounted_dirs)} into bcd's pod, not {', '.join(missing)}: bcd's own check on "
-            "the node would judge files containerd does not read.",
-            "set bcd_container_runtime: {files: [" + ", ".join(f for f in loaded if "*" not in f) + "], dirs: []} "
-            "(the files containerd loads, as this check found them)",
-        )]
+        out = []
+        groups: dict[str, set] = {}
+        root = getattr(eff, "containerd_root", None)
+        for c in eff.configs:
+            if not c.get("family"):
+                continue
+            if c["runtime"] == "containerd" and root and root != RUNTIME_FILES[0]:
+                groups.setdefault("containerd", set()).update(c["files"])
+            elif c["runtime"] in ("k3s", "rke2") and not c["root"].endswith(".tmpl"):
+                groups.setdefault(c["runtime"], set()).update(c["files"])
+        for runtime, loaded in sorted(groups.items()):
+            missing = sorted(f for f in loaded if not covered(f))
+            if not missing:
+                continue
+            start = root if runtime == "containerd" else sorted(loaded)[0]
+            files = sorted({f for f in loaded if f == start or runtime == "containerd"})
+            dirs = sorted({f.rsplit("/", 1)[0] for f in loaded if f not in files})
+            why = (f"containerd.service starts containerd with --config {root}" if runtime == "containerd"
+                   else f"{runtime}'s containerd loads {', '.join(sorted(loaded))}")
+            out.append(finding(
+                NOT_READY, "runtime-config-not-mounted", missing[0],
+                f"{why}, but bcd_container_runtime mounts {', '.join(mounted_files + mounted_dirs)} into bcd's pod, "
+                f"not {', '.join(missing)}: bcd's own check on the node would judge files containerd does not read.",
+                "set bcd_container_runtime: {files: [" + ", ".join(files) + "], dirs: [" + ", ".join(dirs) + "]} "
+                "(the files containerd loads, as this check found them)",
+            ))
+        return out
 
     def _cdi_specs(self) -> list[dict]:
         """Each CDI specification of kind nvidia.com/gpu: path, device names, whether all are UUIDs."""

@@ -89,8 +89,12 @@ KUBELET_PRESETS = {
 }
 RUNTIME_PRESETS = {
     "containerd": {"files": ["/etc/containerd/config.toml"], "dirs": []},
-    "k3s": {"files": ["/var/lib/rancher/k3s/agent/etc/containerd/config.toml"], "dirs": []},
-    "rke2": {"files": ["/var/lib/rancher/rke2/agent/etc/containerd/config.toml"], "dirs": []},
+    # k3s and RKE2 with containerd 2.x render a version 3 template, whose config imports
+    # config-v3.toml.d (k3s PR #13680); with containerd 1.7, give {files, dirs} with config.toml.d.
+    "k3s": {"files": ["/var/lib/rancher/k3s/agent/etc/containerd/config.toml"],
+            "dirs": ["/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d"]},
+    "rke2": {"files": ["/var/lib/rancher/rke2/agent/etc/containerd/config.toml"],
+             "dirs": ["/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d"]},
     "cri-o": {"files": ["/etc/crio/crio.conf"], "dirs": ["/etc/crio/crio.conf.d"]},
 }
 TOOLKIT_PRESETS = {
@@ -373,12 +377,31 @@ def _paths_before(presets: dict, what: str):
     return convert
 
 
+def _toolkit_before(v: Any) -> Any:
+    """bcd_nvidia_toolkit also takes ``{preset: gpu-operator, install_dir: DIR}``: the GPU
+    operator's toolkit installed under another ``toolkit.installDir`` (its ClusterPolicy's), whose
+    configuration is then ``DIR/toolkit/.config``."""
+    if isinstance(v, dict) and "preset" in v and "install_dir" in v:
+        extra = sorted(set(v) - {"preset", "install_dir"})
+        if v["preset"] != "gpu-operator" or extra:
+            raise ValueError("install_dir goes with preset gpu-operator only, and nothing else: "
+                             "{preset: gpu-operator, install_dir: DIR}")
+        d = v["install_dir"]
+        if not isinstance(d, str):
+            raise ValueError("install_dir must be an absolute directory path (the ClusterPolicy's toolkit.installDir)")
+        check_abs_path(d)
+        return {"preset": "gpu-operator", "install_dir": d, "files": [], "dirs": [d.rstrip("/") + "/toolkit/.config"]}
+    return _paths_before(TOOLKIT_PRESETS, "bcd_nvidia_toolkit")(v)
+
+
 class HostPaths(_Strict):
     """Host configuration files and directories, mounted read-only at their own paths."""
 
     preset: str | None = None
     files: list[str] = Field(default_factory=list)
     dirs: list[str] = Field(default_factory=list)
+    # bcd_nvidia_toolkit's gpu-operator preset under another toolkit.installDir
+    install_dir: str | None = None
 
     @field_validator("files", "dirs")
     @classmethod
@@ -674,7 +697,7 @@ class Inventory(BaseModel):
     @field_validator("bcd_nvidia_toolkit", mode="before")
     @classmethod
     def _toolkit_preset(cls, v: Any) -> Any:
-        return _paths_before(TOOLKIT_PRESETS, "bcd_nvidia_toolkit")(v)
+        return _toolkit_before(v)
 
     @field_validator("bcd_token_ttl", mode="before")
     @classmethod

@@ -595,6 +595,37 @@ def _bcd_view(nodes: list[dict], cp_nodes: list[dict] | None, error: str | None)
         n["bcd"] = {"id": c.get("id"), "state": c.get("state"), "conditions": list(c.get("conditions") or [])}
 
 
+OPERATOR_INSTALL_DIR = "/usr/local/nvidia"
+
+
+def _toolkit_install_dir(settings: dict, policies) -> dict | None:
+    """With the gpu-operator preset: where the active ClusterPolicy installs the toolkit
+    (``spec.toolkit.installDir``, default /usr/local/nvidia), its configuration directory, and a
+    readiness finding when bcd_nvidia_toolkit does not mount that directory into bcd's pod."""
+    if settings["mode"] != "gpu-operator":
+        return None
+    active, _ = active_cluster_policy(policies or [])
+    if active is None:
+        return None
+    toolkit = (active.get("spec") or {}).get("toolkit") or {}
+    install = toolkit.get("installDir") or OPERATOR_INSTALL_DIR
+    if not isinstance(install, str) or not install.startswith("/"):
+        return None
+    directory = install.rstrip("/") + "/toolkit/.config"
+    findings = []
+    if directory not in settings["toolkit_paths"]["dirs"]:
+        name = (active.get("metadata") or {}).get("name")
+        findings.append(finding(
+            NOT_READY, "toolkit-install-dir", f"ClusterPolicy/{name}",
+            f"ClusterPolicy/{name} installs the NVIDIA container toolkit under {install} (spec.toolkit.installDir), "
+            f"so its configuration is {directory}/nvidia-container-runtime/config.toml, but bcd_nvidia_toolkit mounts "
+            f"{', '.join(settings['toolkit_paths']['dirs'] + settings['toolkit_paths']['files'])} into bcd's pod: "
+            "bcd's own check on the node would not see it.",
+            f"set bcd_nvidia_toolkit: {{preset: gpu-operator, install_dir: {install}}}",
+        ))
+    return {"dir": directory, "findings": findings}
+
+
 def run_cluster(module) -> None:
     settings = _settings(module)
     try:
@@ -604,6 +635,12 @@ def run_cluster(module) -> None:
     except KubeError as exc:
         module.fail_json(msg=f"GPU isolation check: {exc}")
         return
+    install = _toolkit_install_dir(settings, cluster["policies"])
+    if install:
+        # the collected roots are judged knowing where the operator installs its toolkit
+        settings["toolkit_paths"] = {**settings["toolkit_paths"],
+                                     "dirs": sorted({*settings["toolkit_paths"]["dirs"], install["dir"]})}
+        class_findings = [*class_findings, *install["findings"]]
     files, names = _node_files(module, settings)
     result = combine(
         nodes=cluster["nodes"], slices=cluster["slices"], slice_api=cluster["slice_api"],

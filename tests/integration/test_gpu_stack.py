@@ -311,6 +311,30 @@ def test_several_cluster_policies_are_judged_by_the_one_the_operator_acts_on(api
         custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "zz-second")
 
 
+def test_the_toolkit_preset_follows_the_install_dir(api, tmp_path):
+    """A ClusterPolicy whose toolkit.installDir is not the default (GKE COS): the gpu-operator
+    preset would mount the wrong directory, so the gate says not-ready with the fix; the preset
+    with install_dir mounts the right one."""
+    policy = read_policy(api)
+    spec = copy.deepcopy(policy["spec"])
+    spec["toolkit"]["installDir"] = "/home/kubernetes/bin/nvidia"
+    replace_spec(api, spec)
+    try:
+        run, data = doctor(tmp_path)
+        assert run.returncode != 0
+        for n in data["nodes"]:
+            (f,) = [f for f in n["readiness"] if f["check"] == "toolkit-install-dir"]
+            assert n["ready"] == "not-ready" and f["where"] == "ClusterPolicy/cluster-policy"
+            assert "set bcd_nvidia_toolkit: {preset: gpu-operator, install_dir: /home/kubernetes/bin/nvidia}" in f["fix"]
+        value = {"preset": "gpu-operator", "install_dir": "/home/kubernetes/bin/nvidia"}
+        run, data = doctor(tmp_path, "-e", json.dumps({"bcd_nvidia_toolkit": value}))
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert not [f for n in data["nodes"] for f in n["readiness"] if f["check"] == "toolkit-install-dir"]
+    finally:
+        spec["toolkit"]["installDir"] = policy["spec"]["toolkit"].get("installDir", "/usr/local/nvidia")
+        replace_spec(api, spec)
+
+
 def test_an_api_error_is_an_error_not_no_findings(sandbox, tmp_path):
     bad = tmp_path / "kubeconfig"
     config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
