@@ -15,7 +15,9 @@ differently:
 * runtimes with and without an NVIDIA binary (the packages' and the GPU operator's toolkit),
   ``BinaryName = ""`` in a later file, ``default_runtime_name`` naming a runtime that exists,
   one that does not, or nothing;
-* ``disabled_plugins``: the CRI plugin by either name, the plugins it needs, and a harmless one;
+* ``disabled_plugins``: the CRI plugin by either name, the plugins it needs, its snapshotter, and
+  a harmless one;
+* a runtime's ``base_runtime_spec``, its file present, absent or not JSON;
 * the toolkit's ``config.toml`` (key false) present or not at each toolkit location.
 
 Standard library only; the same seed gives the same roots on every machine.
@@ -32,6 +34,8 @@ ETC = "/etc/containerd"
 ROOT_CONFIG = f"{ETC}/config.toml"
 PACKAGES_TOOLKIT = "/etc/nvidia-container-runtime/config.toml"
 OPERATOR_TOOLKIT = "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"
+# A runtime's base OCI spec (kind's layout): present, absent or not JSON.
+BASE_SPEC = f"{ETC}/cri-base.json"
 CDI_SPEC = ("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n"
             "- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n  containerEdits: {}\n")
 
@@ -136,6 +140,8 @@ def _runtime(rng: random.Random) -> dict:
         rt["options"] = {"BinaryName": rng.choice(BINARIES)}
     elif r < 0.85:
         rt["options"] = {"SystemdCgroup": True}
+    if rng.random() < 0.06:
+        rt["base_runtime_spec"] = BASE_SPEC
     return rt
 
 
@@ -211,6 +217,11 @@ def generate(seed: int, count: int) -> list[dict]:
         if rng.random() < 0.5:
             files[OPERATOR_TOOLKIT] = f"{KEY} = false\n"
         files["/etc/cdi/nvidia.yaml"] = CDI_SPEC
+        r = rng.random()
+        if r < 0.45:
+            files[BASE_SPEC] = '{"ociVersion": "1.1.0"}\n'
+        elif r < 0.5:
+            files[BASE_SPEC] = "not json\n"
         out.append({"name": f"c{seed}-{i:04d}", "files": files})
     return out
 

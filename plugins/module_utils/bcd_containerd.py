@@ -35,6 +35,7 @@ too). ``version`` is the last non-zero one; ``disabled_plugins`` accumulate.
 from __future__ import annotations
 
 import copy
+import json
 import posixpath
 import re
 
@@ -536,14 +537,14 @@ def load(fs, read, root: str, family: str, after: list[str] | None = None) -> Ou
         loaded.add(path)
         pending.extend(imports)
     out.plugins = merged_plugins
-    return _validate(out)
+    return _validate(out, fs)
 
 
 def _uri_ok_17(p: str) -> bool:
     return p.startswith("io.containerd.") and len(p.split(".", 3)) >= 4
 
 
-def _validate(out: Outcome) -> Outcome:
+def _validate(out: Outcome, fs) -> Outcome:
     family = out.family
     # containerd names the last file it loaded ("failed to load TOML from <path>")
     last = out.files[-1] if out.files else out.root
@@ -571,7 +572,7 @@ def _validate(out: Outcome) -> Outcome:
                 cri_images_migrate(out.plugins)
             if CRI_GRPC not in out.disabled:
                 cri_grpc_migrate(out.plugins)
-    return _cri(out)
+    return _cri(out, fs)
 
 
 def _decode_runtimes(section: dict, family: str) -> tuple[dict, str | None]:
@@ -588,6 +589,16 @@ def _decode_runtimes(section: dict, family: str) -> tuple[dict, str | None]:
             if isinstance(rt, dict):
                 runtimes[name] = rt
     return runtimes, default if isinstance(default, str) else None
+
+
+def _json_problem(fs, path: str) -> str | None:
+    if not fs.isfile(path):
+        return "no such file"
+    try:
+        doc = json.loads(fs.read_text(path, limit=4 << 20))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"not a JSON OCI spec ({exc})"
+    return None if isinstance(doc, dict) else "not a JSON OCI spec"
 
 
 def _legacy_17(containerd: dict, runtimes: dict, default):
@@ -610,7 +621,7 @@ def _legacy_17(containerd: dict, runtimes: dict, default):
     return default, added, None
 
 
-def _cri(out: Outcome) -> Outcome:
+def _cri(out: Outcome, fs) -> Outcome:
     family = out.family
     if family == F17:
         v1 = (out.version or 1) == 1
@@ -655,6 +666,16 @@ def _cri(out: Outcome) -> Outcome:
                 if rt.get(key) and rt.get("runtime_type") != "io.containerd.runtime.v1.linux":
                     out.state, out.reason = FAILED, f"`{key}` only works for runtime io.containerd.runtime.v1.linux"
                     return out
+    # each runtime's base_runtime_spec is read when the CRI plugin starts (2.x
+    # plugins/cri/runtime/plugin.go loadBaseOCISpecs; 1.7 pkg/cri/server's): a file that cannot be
+    # opened or decoded stops it
+    for rt in runtimes.values():
+        spec = rt.get("base_runtime_spec")
+        if isinstance(spec, str) and spec:
+            problem = _json_problem(fs, spec)
+            if problem:
+                out.state, out.reason = FAILED, f"failed to load base OCI spec from file: {spec}: {problem}"
+                return out
     # the deprecated tables are scanned where the file writes them, not a second time as runtimes
     out.runtime_tables = {k: v for k, v in runtimes.items() if k not in legacy}
     out.default_from = _last_setting(out, ("containerd", "default_runtime_name"))
