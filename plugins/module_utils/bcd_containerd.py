@@ -226,7 +226,7 @@ def go_match(pattern: str, name: str) -> bool:
             if found:
                 continue
         while pattern:
-            _, chunk, pattern = _scan_chunk(pattern)
+            _star, chunk, pattern = _scan_chunk(pattern)
             _match_chunk(chunk, "")
         return False
     return name == ""
@@ -754,7 +754,7 @@ def scan_doc(out: Outcome) -> tuple[dict, dict, dict]:
     else:
         doc = {"plugins": {name: {"containerd": {"runtimes": copy.deepcopy(out.runtime_tables)}}}}
     origin, keys = {}, {}
-    for path, _ in _leaves(doc):
+    for path, _value in _leaves(doc):
         if len(path) < 3:
             continue
         sec, rest = path[1], path[2:]

@@ -523,7 +523,7 @@ def _containerd_version(module, root: str) -> str | None:
         return None
     if not binary:
         return None
-    rc, out, _ = module.run_command([binary, "--version"])
+    rc, out, _err = module.run_command([binary, "--version"])
     return out if rc == 0 and out.strip() else None
 
 
@@ -604,7 +604,7 @@ def _toolkit_install_dir(settings: dict, policies) -> dict | None:
     readiness finding when bcd_nvidia_toolkit does not mount that directory into bcd's pod."""
     if settings["mode"] != "gpu-operator":
         return None
-    active, _ = active_cluster_policy(policies or [])
+    active = active_cluster_policy(policies or [])[0]
     if active is None:
         return None
     toolkit = (active.get("spec") or {}).get("toolkit") or {}
