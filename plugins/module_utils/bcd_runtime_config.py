@@ -3,28 +3,19 @@ which order, and what they merge to. Standard library only: it runs on GPU nodes
 
 Loading rules modelled (from each runtime's own source and documentation):
 
-* **containerd** reads ``/etc/containerd/config.toml`` and the files its ``imports`` name
-  (absolute paths and globs; relative ones from the importing file's directory), breadth first:
-  a file's imports load after it, nested imports after the files that name them, each file once
-  (containerd ``LoadConfig``). Nothing else: a file in ``/etc/containerd/conf.d`` that no
-  ``imports`` names is not loaded. Files merge in load order by ``mergeConfig``:
-
-  - containerd 1.x (config versions 1 and 2): ``mergo.Merge`` with override over a
-    ``map[string]toml.Tree`` of plugins, so a later file's plugin section (for example
-    ``plugins."io.containerd.grpc.v1.cri"``) replaces that whole section, not key by key.
-  - containerd 2.x (config versions 1 to 3): plugins are ``map[string]any``, merged key by key
-    (a later non-empty value wins; lists gain the items they lack). A drop-in whose ``version``
-    is higher than the root's makes containerd refuse the configuration; an older drop-in is
-    migrated to the root's version first (v2's ``io.containerd.grpc.v1.cri`` ``containerd``
-    table becomes v3's ``io.containerd.cri.v1.runtime``).
-
-  Config version 3 is containerd 2.x only; versions 1 and 2 are read by both, so both merge
-  rules are candidates (the worst result counts); any other version is judged under both.
-  ``disabled_plugins`` naming the CRI plugin means this containerd serves no Kubernetes pods.
+* **containerd** reads the ``--config`` (``-c``) ``containerd.service`` and its drop-ins start it
+  with (:func:`containerd_unit`), else ``/etc/containerd/config.toml``, and the files its
+  ``imports`` name, as each release family's loader does (:mod:`bcd_containerd`: 1.7, 2.0-2.2,
+  2.3.0-2.3.4, 2.3.5+; imports and globbing, version migration, section merge, the CRI plugin's
+  load conditions). One candidate configuration per family judged: the node's own when its
+  release is known, else every family (the worst result counts). Nothing else is loaded: a file
+  in ``/etc/containerd/conf.d`` that no ``imports`` names is a note.
 * **k3s and RKE2** generate ``config.toml`` under ``/var/lib/rancher/<k3s|rke2>/agent/etc/containerd``
   from ``config-v3.toml.tmpl`` when it exists, else from ``config.toml.tmpl`` (only the one in
   effect is judged, the other is reported as ignored), else from their built-in template, which
-  adds the NVIDIA runtimes whose binaries they find. ``default-runtime`` in
+  adds the NVIDIA runtimes whose binaries they find. The config they generate imports the drop-in
+  directory of its template's version (``config-v3.toml.d`` for version 3, ``config.toml.d`` for
+  2; k3s PR #13680); a version 3 template is a containerd 2.x one. ``default-runtime`` in
   ``/etc/rancher/<k3s|rke2>/config.yaml`` and ``config.yaml.d/*.yaml`` (the last wins) sets the
   default runtime. A template that includes the built-in base (``{{ template "base" . }}``) while
   no generated ``config.toml`` is on disk leaves the base open: the runtimes k3s would add are
