@@ -19,8 +19,9 @@ Two levels, both pure Python:
   runs on a node over SSH.
 * **Cluster level** (:func:`node_allocatable_findings`, :func:`resource_slice_findings`,
   :func:`cluster_policy_findings`, combined per node by :func:`combine`): another device plugin
-  (a Node's allocatable ``nvidia.com/*`` > 0), another GPU DRA driver in ResourceSlices, and a
-  GPU operator ClusterPolicy whose settings let GPUs out. These take the objects as the API
+  (a GPU resource on a Node's allocatable above zero: :data:`FOREIGN_GPU_RESOURCES` and the
+  operator's bcd_foreign_gpu_resources), another GPU DRA driver in ResourceSlices, and the GPU
+  operator ClusterPolicy it acts on (:func:`active_cluster_policy`) whose settings let GPUs out. These take the objects as the API
   returns them (plain dicts); reading them is the module's business.
 
 Paths in results are always as on the node (absolute, relative to the root), never the folder
@@ -41,8 +42,21 @@ import os
 import re
 import stat
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import (
+    DISABLED,
+    FAILED,
+    FAMILIES,
+    LABEL,
+    REFUSED,
+    VERSION_FILE,
+    family_of,
+    parse_version,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import value as quantity_value
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
+    containerd_unit,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
     load as load_runtime_config,
 )
@@ -225,6 +239,13 @@ class _Root:
         except OSError:
             return False
 
+    def lexists(self, node_path: str) -> bool:
+        return self.exists(node_path)
+
+    def names(self, node_dir: str) -> list[str]:
+        """Every entry of a directory (names only), as Go's Readdirnames gives them."""
+        return sorted(os.listdir(self.host(node_dir)))
+
     def read_text(self, node_path: str, limit: int | None = None) -> str:
         with open(self.host(node_path), "rb") as handle:
             data = handle.read(limit) if limit else handle.read()
@@ -294,11 +315,72 @@ def _runtime_name(path: tuple) -> str:
     return _dotted(path[:-1]) or path[-1]
 
 
+def _who(rules: list[str]) -> str:
+    seen = list(dict.fromkeys(rules))
+    return seen[0] if len(seen) == 1 else ", ".join(seen[:-1]) + " and " + seen[-1]
+
+
+def not_serving(configs: list[dict], status: str) -> list[dict]:
+    """Findings for each containerd loader family under which no configuration in effect serves
+    CRI: containerd refuses its configuration (``containerd-refuses``), its CRI plugin does not
+    load (``cri-not-loaded``) or is disabled (``no-cri-runtime``). ``status`` ``unverifiable`` gives
+    the isolation findings (the kubelet's runtime is not one this check knows); ``not-ready`` the
+    readiness ones (refused or not loading: no pod runs; disabled: left to the handler check)."""
+    families = [f for f in FAMILIES if any(c.get("family") == f for c in configs)] or [None]
+    groups: dict[tuple, list[str]] = {}
+    for fam in families:
+        group = [c for c in configs if c.get("family") in (None, fam)]
+        if not group or any(c["serves_cri"] for c in group):
+            continue
+        for c in group:
+            state = c.get("state", DISABLED)
+            if status == NOT_READY and state == DISABLED:
+                continue
+            where = c.get("where") or c["root"] if state == REFUSED else c["root"]
+            groups.setdefault((state, where, c.get("reason") or "", c["root"]), []).append(c["rule"])
+    out = []
+    for (state, where, reason, root), rules in groups.items():
+        who = _who(rules)
+        if state == REFUSED:
+            out.append(finding(
+                status, "containerd-refuses", where,
+                f"{who} refuses to start with the configuration of {root} ({reason}): "
+                + ("no pod, bcd's included, can run on this node." if status == NOT_READY else
+                   "it runs no pod, and what the node runs instead cannot be judged."),
+                f"fix {where} so that containerd starts with it (on the node: containerd --config {root} config dump "
+                "shows what it reads), or, if the node runs another release, put its `containerd --version` output in "
+                f"/{VERSION_FILE} of the collected root",
+            ))
+        elif state == FAILED:
+            out.append(finding(
+                status, "cri-not-loaded", root,
+                f"under {who} the CRI plugin does not load with the configuration of {root} ({reason}): containerd "
+                "runs but serves no Kubernetes pod"
+                + (", so bcd's pod cannot start here." if status == NOT_READY else
+                   ", so the kubelet's runtime is configured somewhere this check does not know."),
+                f"fix the CRI plugin's configuration in {root} or the files it imports ({reason}); "
+                "`journalctl -u containerd` shows `failed to load plugin` with the same reason",
+            ))
+        else:
+            out.append(finding(
+                status, "no-cri-runtime", root,
+                f"no container runtime configuration in effect serves CRI ({root}: the CRI plugin is disabled, {reason}"
+                f", under {who}), so the kubelet's runtime is configured somewhere this check does not know.",
+                "name the kubelet's runtime configuration in bcd_container_runtime (files, dirs), or enable the CRI "
+                "plugin (remove it from disabled_plugins)",
+            ))
+    return out
+
+
 class NodeVerifier:
     """Collects what one node root says about GPU isolation. Use :func:`verify_node_root`."""
 
-    def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None):
+    def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
+                 containerd_version: str | None = None):
         self.fs = _Root(root)
+        self._containerd_version = containerd_version
+        self.containerd_version = None
+        self.containerd_version_source = None
         self.findings: list[dict] = []
         self.files_read: list[str] = []
         self.runtimes: list[dict] = []
@@ -329,6 +411,8 @@ class NodeVerifier:
         self._extra_dirs = list((runtime_paths or {}).get("dirs", []) or [])
         self.runtime_configs: list[dict] = []
         self.ignored: list[dict] = []
+        self.mount_findings: list[dict] = []
+        self.effective = None
         # (file, runtime name, key, pattern) of runtimes passing annotations into containers
         self._annotation_runtimes: list[tuple[str, str, str, str]] = []
 
@@ -388,11 +472,14 @@ class NodeVerifier:
         self._parsed_runtime += 1  # it exists: the node has runtime configuration, readable or not
         return self._parse_toml(path, template=template)
 
-    def _scan_runtime_doc(self, path: str, doc: dict, origin: dict | None = None, defaults: dict | None = None) -> None:
+    def _scan_runtime_doc(self, path: str, doc: dict, origin: dict | None = None, defaults: dict | None = None,
+                          keys: dict | None = None) -> None:
         """Every runtime of a (merged) configuration; ``origin`` maps a key path to the file that set
-        it, ``defaults`` the default runtime's name to where that default is set."""
+        it, ``keys`` to the key as that file writes it, ``defaults`` the default runtime's name to
+        where that default is set."""
         origin = origin or {}
         defaults = defaults or {}
+        keys = keys or {}
 
         def source(keypath: tuple) -> str:
             if keypath in origin:
@@ -405,7 +492,7 @@ class NodeVerifier:
             if not isinstance(value, str) or keypath[-1] not in BINARY_KEYS:
                 continue
             name = _runtime_name(keypath)
-            self._runtime(source(keypath), name, _dotted(keypath), value, defaults.get(name))
+            self._runtime(source(keypath), name, keys.get(keypath) or _dotted(keypath), value, defaults.get(name))
         if crio:
             # A CRI-O runtime without runtime_path runs the binary named like the runtime ($PATH).
             runtimes = ((doc.get("crio") or {}).get("runtime") or {}).get("runtimes") or {}
@@ -697,9 +784,32 @@ class NodeVerifier:
 
     # -- all together ---------------------------------------------------------------------------
 
+    def _families(self) -> list[str]:
+        """The containerd loader families to judge: the node's own when its version is known
+        (``containerd --version`` output given, or in the root's VERSION_FILE), else every one."""
+        text, source = self._containerd_version, "containerd --version"
+        if text is None and self.fs.isfile("/" + VERSION_FILE):
+            source = "/" + VERSION_FILE
+            try:
+                text = self.fs.read_text(source, limit=4096)
+            except (OSError, UnicodeDecodeError) as exc:
+                self.notes.append(f"{source} cannot be read ({exc}): containerd's version is unknown")
+                text = None
+            if source not in self.files_read:
+                self.files_read.append(source)
+        version = parse_version(text) if text else None
+        if text and not version:
+            self.notes.append(f"{source} does not hold `containerd --version` output ({text.strip()[:80]!r}): "
+                              "containerd's version is unknown")
+        family = family_of(version)
+        self.containerd_version = ".".join(map(str, version)) if version else None
+        self.containerd_version_source = source if version else None
+        return [family] if family else list(FAMILIES)
+
     def _effective(self) -> None:
         """Load the configuration in effect and judge only that (see bcd_runtime_config)."""
-        eff = load_runtime_config(self.fs, self._read_runtime, self._extra_files, self._extra_dirs)
+        families = self._families()
+        eff = load_runtime_config(self.fs, self._read_runtime, self._extra_files, self._extra_dirs, families)
         self.effective = eff
         for where, message, fix in eff.problems:
             self.findings.append(finding(UNVERIFIABLE, "runtime-config", where, message, fix))
@@ -709,19 +819,22 @@ class NodeVerifier:
             if c.get("default_runtime"):
                 name, where = c["default_runtime"]
                 defaults[name] = where
-            self._scan_runtime_doc(c["root"], c["doc"], c["origin"], defaults)
+            self._scan_runtime_doc(c["root"], c["doc"], c["origin"], defaults, c.get("keys"))
             for name, binary in sorted((c.get("extra_runtimes") or {}).items()):
                 self._runtime(c["root"], name, f"{c['runtime']}'s built-in base template (finds {binary})", binary,
                               defaults.get(name))
-        if eff.configs and not serving:
-            roots = ", ".join(sorted({c["root"] for c in eff.configs}))
-            self.findings.append(finding(
-                UNVERIFIABLE, "no-cri-runtime", sorted({c["root"] for c in eff.configs})[0],
-                f"no container runtime configuration in effect serves CRI ({roots}: the CRI plugin is disabled), so "
-                "the kubelet's runtime is configured somewhere this check does not know.",
-                "name the kubelet's runtime configuration in bcd_container_runtime (files, dirs), or enable the CRI "
-                "plugin (remove it from disabled_plugins)",
-            ))
+        if any(c.get("family") for c in eff.configs):
+            if len(families) > 1:
+                self.notes.append(
+                    f"containerd's version is unknown (no /{VERSION_FILE} with `containerd --version` output in the "
+                    "node root): its configuration is judged as containerd "
+                    + ", ".join(LABEL[f].split(" ", 1)[1] for f in families)
+                    + " read it, and the worst verdict counts"
+                )
+            else:
+                self.notes.append(f"containerd {self.containerd_version} (from {self.containerd_version_source}): its "
+                                  f"configuration is judged as {LABEL[families[0]]} reads it")
+        self.findings.extend(not_serving(eff.configs, UNVERIFIABLE))
         for c in eff.configs:
             handlers = {}
             for name, h in sorted(c["handlers"].items()):
@@ -733,15 +846,59 @@ class NodeVerifier:
                 handlers[name] = {"binary": binary, "nvidia": nvidia}
             for name, binary in (c.get("extra_runtimes") or {}).items():
                 handlers.setdefault(name, {"binary": binary, "nvidia": True})
-            self.runtime_configs.append({
+            entry = {
                 "runtime": c["runtime"], "rule": c["rule"], "root": c["root"], "files": c["files"],
                 "serves_cri": c["serves_cri"],
                 "default_runtime": c["default_runtime"][0] if c.get("default_runtime") else None,
                 "handlers": handlers,
-            })
+            }
+            if c.get("family"):
+                entry.update({"family": c["family"], "state": c["state"], "reason": c["reason"], "where": c["where"]})
+            self.runtime_configs.append(entry)
+        self.mount_findings = self._mounted(eff)
         self.ignored = list(eff.ignored)
         self.notes.extend(eff.notes)
         self.notes.extend(f"{i['file']} is not in effect: {i['why']}" for i in eff.ignored)
+
+    def _mounted(self, eff) -> list[dict]:
+        """Files containerd loads that bcd_container_runtime does not mount into bcd's pod, where it
+        matters: a --config of containerd.service other than the default, and k3s/RKE2's drop-ins
+        (the preset mounts config-v3.toml.d; a version 2 k3s imports config.toml.d). A readiness
+        finding naming the files to list."""
+        mounted_files, mounted_dirs = self._extra_files, self._extra_dirs
+        if not (mounted_files or mounted_dirs):
+            return []
+
+        def covered(path: str) -> bool:
+            return path in mounted_files or any(path.startswith(d.rstrip("/") + "/") for d in mounted_dirs)
+
+        out = []
+        groups: dict[str, set] = {}
+        root = getattr(eff, "containerd_root", None)
+        for c in eff.configs:
+            if not c.get("family"):
+                continue
+            if c["runtime"] == "containerd" and root and root != RUNTIME_FILES[0]:
+                groups.setdefault("containerd", set()).update(c["files"])
+            elif c["runtime"] in ("k3s", "rke2") and not c["root"].endswith(".tmpl"):
+                groups.setdefault(c["runtime"], set()).update(c["files"])
+        for runtime, loaded in sorted(groups.items()):
+            missing = sorted(f for f in loaded if not covered(f))
+            if not missing:
+                continue
+            start = root if runtime == "containerd" else sorted(loaded)[0]
+            files = sorted({f for f in loaded if f == start or runtime == "containerd"})
+            dirs = sorted({f.rsplit("/", 1)[0] for f in loaded if f not in files})
+            why = (f"containerd.service starts containerd with --config {root}" if runtime == "containerd"
+                   else f"{runtime}'s containerd loads {', '.join(sorted(loaded))}")
+            out.append(finding(
+                NOT_READY, "runtime-config-not-mounted", missing[0],
+                f"{why}, but bcd_container_runtime mounts {', '.join(mounted_files + mounted_dirs)} into bcd's pod, "
+                f"not {', '.join(missing)}: bcd's own check on the node would judge files containerd does not read.",
+                "set bcd_container_runtime: {files: [" + ", ".join(files) + "], dirs: [" + ", ".join(dirs) + "]} "
+                "(the files containerd loads, as this check found them)",
+            ))
+        return out
 
     def _cdi_specs(self) -> list[dict]:
         """Each CDI specification of kind nvidia.com/gpu: path, device names, whether all are UUIDs."""
@@ -822,6 +979,9 @@ class NodeVerifier:
             "ignored_files": self.ignored,
             "cdi_specs": self._cdi_specs(),
             "plugins_registry": self.fs.isdir(KUBELET_PLUGINS_REGISTRY),
+            "containerd_version": self.containerd_version,
+            "containerd_config": getattr(self.effective, "containerd_root", None),
+            "runtime_mount": self.mount_findings,
             "files_read": self.files_read,
             "runtimes": self.runtimes,
             "hooks": self.hooks,
@@ -833,9 +993,19 @@ class NodeVerifier:
         }
 
 
+def containerd_binary(root: str) -> str | None:
+    """The containerd binary of the node at ``root`` (as on the node): the one containerd.service
+    starts, else the first ``containerd`` on the usual $PATH; None when there is none."""
+    fs = _Root(root)
+    unit = containerd_unit(fs)
+    if unit and unit.get("binary") and unit["binary"].startswith("/") and fs.isfile(unit["binary"]):
+        return unit["binary"]
+    return next((f"{d}/containerd" for d in PATH_DIRS if fs.isfile(f"{d}/containerd")), None)
+
+
 def verify_node_root(
     root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
-    handler: str | None = "nvidia", gpu_api: str = "device-plugin",
+    handler: str | None = "nvidia", gpu_api: str = "device-plugin", containerd_version: str | None = None,
 ) -> dict:
     """Check one node's root directory for GPU isolation.
 
@@ -858,7 +1028,7 @@ def verify_node_root(
     ``cdi_specs`` and ``plugins_registry`` too.
     Raises :class:`NodeRootError` when ``root`` is not a directory.
     """
-    result = NodeVerifier(root, runtime_paths, toolkit_paths).run()
+    result = NodeVerifier(root, runtime_paths, toolkit_paths, containerd_version).run()
     result["readiness"] = readiness(result, handler, gpu_api)
     result["ready"] = ready_of(result["readiness"])
     return result
@@ -892,7 +1062,7 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
     specification of kind ``nvidia.com/gpu`` must name every device by UUID (``GPU-<uuid>``).
     With ``gpu_api`` ``dra``, the kubelet's plugin registration directory must be present.
     """
-    out = []
+    out = not_serving(node.get("runtime_configs") or [], NOT_READY) + list(node.get("runtime_mount") or [])
     configs = [c for c in node.get("runtime_configs") or [] if c.get("serves_cri")]
     if handler:
         if not configs:
@@ -983,20 +1153,59 @@ def _quantity_positive(q) -> bool:
         return True  # an unreadable quantity is not proof of zero
 
 
-def node_allocatable_findings(node: dict) -> list[dict]:
-    """Another device plugin: the Node's allocatable ``nvidia.com/*`` resources above zero."""
+# Extended resources through which another device plugin hands out GPUs, and whose plugin it is
+# (bcd_foreign_gpu_resources adds to these). "*" matches any characters.
+FOREIGN_GPU_RESOURCES = {
+    "nvidia.com/*": "NVIDIA's device plugin (the GPU operator's), or HAMi's (nvidia.com/gpumem, nvidia.com/gpucores)",
+    "volcano.sh/vgpu-*": "Volcano's vGPU device plugin",
+    "aliyun.com/gpu-*": "Alibaba Cloud's GPU sharing device plugin",
+    "tencent.com/vcuda-*": "Tencent's GPU manager",
+}
+
+
+def foreign_resource(resource: str, extra: list[str] | tuple = ()) -> str | None:
+    """Whose GPU resource ``resource`` is (a description), or None when it is no known GPU resource."""
+    for pattern, who in FOREIGN_GPU_RESOURCES.items():
+        if fnmatch.fnmatchcase(resource, pattern):
+            return who
+    for pattern in extra or ():
+        if fnmatch.fnmatchcase(resource, pattern):
+            return f"a device plugin listed in bcd_foreign_gpu_resources ({pattern})"
+    return None
+
+
+def node_allocatable_findings(node: dict, extra: list[str] | tuple = ()) -> list[dict]:
+    """Another device plugin: a GPU resource of the Node's allocatable above zero (the built-in
+    list :data:`FOREIGN_GPU_RESOURCES` and the patterns of bcd_foreign_gpu_resources)."""
     name = (node.get("metadata") or {}).get("name", "?")
     alloc = (node.get("status") or {}).get("allocatable") or {}
     out = []
     for resource, q in sorted(alloc.items()):
-        if resource.startswith("nvidia.com/") and _quantity_positive(q):
+        who = foreign_resource(resource, extra)
+        if who and _quantity_positive(q):
             out.append(finding(
                 EXPOSED, "device-plugin", f"Node/{name}",
-                f"the kubelet on {name} can allocate {resource}={q}: another device plugin hands out GPUs there.",
+                f"the kubelet on {name} can allocate {resource}={q}: another device plugin ({who}) hands out GPUs "
+                "there.",
                 "stop that device plugin on bcd's nodes (GPU operator: spec.devicePlugin.enabled=false, which "
-                "gpu-stack.yml sets; or remove the nvidia-device-plugin DaemonSet)",
+                "gpu-stack.yml sets; otherwise remove its DaemonSet or keep it off these nodes with a node selector)",
+                resource=resource,
             ))
     return out
+
+
+def active_cluster_policy(policies: list[dict]) -> tuple[dict | None, list[dict]]:
+    """The ClusterPolicy the GPU operator acts on, and the ones it ignores. The operator reconciles
+    the oldest and sets ``status.state: ignored`` on the others; without that status the oldest
+    (then the first by name) is the active one."""
+    def key(p):
+        meta = p.get("metadata") or {}
+        return (meta.get("creationTimestamp") or "", meta.get("name") or "")
+
+    ordered = sorted(policies or [], key=key)
+    live = [p for p in ordered if ((p.get("status") or {}).get("state")) != "ignored"]
+    active = (live or ordered or [None])[0]
+    return active, [p for p in ordered if p is not active]
 
 
 def is_gpu_dra_driver(driver: str) -> bool:
@@ -1108,6 +1317,7 @@ def combine(
     handler: str | None = "nvidia",
     gpu_api: str = "device-plugin",
     cluster_readiness: list[dict] | None = None,
+    foreign_resources: list[str] | tuple = (),
 ) -> dict:
     """One verdict per selected Node, from cluster-level objects and node files.
 
@@ -1119,7 +1329,9 @@ def combine(
     read (over SSH, or from a collected folder).
 
     Rules: cluster findings apply to the nodes they concern (ClusterPolicy findings to every
-    selected node). Without node files, a gpu-operator node takes the ClusterPolicy as its
+    selected node; only the ClusterPolicy the operator acts on counts, see
+    :func:`active_cluster_policy`, the others are named in a note). ``foreign_resources``: the
+    patterns of bcd_foreign_gpu_resources. Without node files, a gpu-operator node takes the ClusterPolicy as its
     evidence (the report says its files were not read); a packages or custom node is
     ``unverifiable``.
 
@@ -1130,20 +1342,29 @@ def combine(
     """
     operator_mode = mode == "gpu-operator"
     policy_findings = []
-    for p in policies or []:
-        policy_findings.extend(cluster_policy_findings(p, operator_mode))
+    active, ignored = active_cluster_policy(policies or [])
+    policy_notes = []
+    if active is not None:
+        policy_findings.extend(cluster_policy_findings(active, operator_mode))
+    if ignored:
+        policy_notes.append(
+            f"the cluster has {len(ignored) + 1} ClusterPolicies; the GPU operator acts on the oldest, "
+            f"ClusterPolicy/{(active.get('metadata') or {}).get('name')}, and ignores "
+            + ", ".join(f"ClusterPolicy/{(p.get('metadata') or {}).get('name')}" for p in ignored)
+            + ": isolation is judged by the one it acts on (gpu-stack.yml configures every one)"
+        )
     per_slice = resource_slice_findings(slices or [], slice_api or "")
     names = [(n.get("metadata") or {}).get("name", "?") for n in nodes]
-    toolkit_by_operator = any(
-        ((p.get("spec") or {}).get("toolkit") or {}).get("enabled", True) is not False for p in policies or []
+    toolkit_by_operator = active is not None and (
+        ((active.get("spec") or {}).get("toolkit") or {}).get("enabled", True) is not False
     )
     out = []
     for node, name in zip(nodes, names, strict=True):
-        findings = list(node_allocatable_findings(node))
+        findings = list(node_allocatable_findings(node, foreign_resources))
         findings.extend(f for target, f in per_slice if target in (None, name))
         findings.extend(policy_findings)
         files = node_files.get(name)
-        notes = []
+        notes = list(policy_notes)
         ready = list(cluster_readiness or [])
         if files is not None and "result" in files:
             node_level = files["result"]

@@ -90,8 +90,12 @@ KUBELET_PRESETS = {
 }
 RUNTIME_PRESETS = {
     "containerd": {"files": ["/etc/containerd/config.toml"], "dirs": []},
-    "k3s": {"files": ["/var/lib/rancher/k3s/agent/etc/containerd/config.toml"], "dirs": []},
-    "rke2": {"files": ["/var/lib/rancher/rke2/agent/etc/containerd/config.toml"], "dirs": []},
+    # k3s and RKE2 with containerd 2.x render a version 3 template, whose config imports
+    # config-v3.toml.d (k3s PR #13680); with containerd 1.7, give {files, dirs} with config.toml.d.
+    "k3s": {"files": ["/var/lib/rancher/k3s/agent/etc/containerd/config.toml"],
+            "dirs": ["/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d"]},
+    "rke2": {"files": ["/var/lib/rancher/rke2/agent/etc/containerd/config.toml"],
+             "dirs": ["/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d"]},
     "cri-o": {"files": ["/etc/crio/crio.conf"], "dirs": ["/etc/crio/crio.conf.d"]},
 }
 TOOLKIT_PRESETS = {
@@ -99,6 +103,8 @@ TOOLKIT_PRESETS = {
     "packages": {"files": [], "dirs": ["/etc/nvidia-container-runtime"]},
 }
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
+# An extended resource name (a DNS subdomain, "/", a name), "*" allowed in the name as a wildcard.
+FOREIGN_RESOURCE_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9*]([-A-Za-z0-9_.*]*[A-Za-z0-9*])?")
 
 # Variables that hold secrets: never echoed, never passed inside ``config``.
 SECRET_VARIABLES = ("bcd_api_key",)
@@ -372,12 +378,31 @@ def _paths_before(presets: dict, what: str):
     return convert
 
 
+def _toolkit_before(v: Any) -> Any:
+    """bcd_nvidia_toolkit also takes ``{preset: gpu-operator, install_dir: DIR}``: the GPU
+    operator's toolkit installed under another ``toolkit.installDir`` (its ClusterPolicy's), whose
+    configuration is then ``DIR/toolkit/.config``."""
+    if isinstance(v, dict) and "preset" in v and "install_dir" in v:
+        extra = sorted(set(v) - {"preset", "install_dir"})
+        if v["preset"] != "gpu-operator" or extra:
+            raise ValueError("install_dir goes with preset gpu-operator only, and nothing else: "
+                             "{preset: gpu-operator, install_dir: DIR}")
+        d = v["install_dir"]
+        if not isinstance(d, str):
+            raise ValueError("install_dir must be an absolute directory path (the ClusterPolicy's toolkit.installDir)")
+        check_abs_path(d)
+        return {"preset": "gpu-operator", "install_dir": d, "files": [], "dirs": [d.rstrip("/") + "/toolkit/.config"]}
+    return _paths_before(TOOLKIT_PRESETS, "bcd_nvidia_toolkit")(v)
+
+
 class HostPaths(_Strict):
     """Host configuration files and directories, mounted read-only at their own paths."""
 
     preset: str | None = None
     files: list[str] = Field(default_factory=list)
     dirs: list[str] = Field(default_factory=list)
+    # bcd_nvidia_toolkit's gpu-operator preset under another toolkit.installDir
+    install_dir: str | None = None
 
     @field_validator("files", "dirs")
     @classmethod
@@ -520,6 +545,9 @@ class Inventory(BaseModel):
     bcd_node_roots: dict[str, str] = Field(default_factory=dict)
     # On a host of inventory group gpu_nodes: the Kubernetes Node it is (default: its inventory name).
     bcd_node_name: str | None = None
+    # GPU isolation: extended resources of other GPU device plugins, beyond the built-in list
+    # (bcd_gpu_isolation.FOREIGN_GPU_RESOURCES); a Node that allocates one is exposed.
+    bcd_foreign_gpu_resources: list[str] = Field(default_factory=list, max_length=64)
 
     # rollout.yml (issue: scheduled rollouts).
     bcd_rollout_canary: int = Field(default=1, ge=0, le=10000)
@@ -644,6 +672,15 @@ class Inventory(BaseModel):
                 raise ValueError(str(exc)) from None
         return out
 
+    @field_validator("bcd_foreign_gpu_resources")
+    @classmethod
+    def _foreign_resources(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if not FOREIGN_RESOURCE_RE.fullmatch(item) or len(item) > 253:
+                raise ValueError(f"{_show(item)} is not an extended resource name (<domain>/<name>), where the name "
+                                 "may hold * for any characters, such as example.com/vgpu-*")
+        return v
+
     @field_validator("bcd_cluster_name")
     @classmethod
     def _cluster_name(cls, v: str | None) -> str | None:
@@ -683,7 +720,7 @@ class Inventory(BaseModel):
     @field_validator("bcd_nvidia_toolkit", mode="before")
     @classmethod
     def _toolkit_preset(cls, v: Any) -> Any:
-        return _paths_before(TOOLKIT_PRESETS, "bcd_nvidia_toolkit")(v)
+        return _toolkit_before(v)
 
     @field_validator("bcd_token_ttl", mode="before")
     @classmethod
@@ -895,7 +932,7 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
 # Variables whose value is a mapping or a list (or may be one, beside a preset name).
 _STRUCTURED = ("bcd_pins", "bcd_join_encryption_jwk", "bcd_join_token_secret", "bcd_node_selector", "bcd_tolerations",
                "bcd_image_pull_secrets", "bcd_resources", "bcd_kubelet_credentials", "bcd_container_runtime",
-               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots")
+               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots", "bcd_foreign_gpu_resources")
 
 
 def from_strings(variables: dict) -> tuple[dict, list[str]]:

@@ -133,7 +133,10 @@ def host_mounts(inv: Inventory) -> list[dict]:
         add(f"kubelet-certs-{i}", d, True, "Directory")
     for prefix, paths in (("runtime-config", inv.bcd_container_runtime), ("toolkit-config", inv.bcd_nvidia_toolkit)):
         for i, f in enumerate(paths.files + paths.dirs):
-            add(f"{prefix}-{i}", f, True, "File" if i < len(paths.files) else "Directory")
+            # a runtime's drop-in directory may not exist yet (k3s before its drop-in imports):
+            # the kubelet creates it empty, and the runtime reads nothing from it
+            kind = "File" if i < len(paths.files) else "DirectoryOrCreate" if prefix == "runtime-config" else "Directory"
+            add(f"{prefix}-{i}", f, True, kind)
     return m
 
 

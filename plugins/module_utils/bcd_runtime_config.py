@@ -3,28 +3,19 @@ which order, and what they merge to. Standard library only: it runs on GPU nodes
 
 Loading rules modelled (from each runtime's own source and documentation):
 
-* **containerd** reads ``/etc/containerd/config.toml`` and the files its ``imports`` name
-  (absolute paths and globs; relative ones from the importing file's directory), breadth first:
-  a file's imports load after it, nested imports after the files that name them, each file once
-  (containerd ``LoadConfig``). Nothing else: a file in ``/etc/containerd/conf.d`` that no
-  ``imports`` names is not loaded. Files merge in load order by ``mergeConfig``:
-
-  - containerd 1.x (config versions 1 and 2): ``mergo.Merge`` with override over a
-    ``map[string]toml.Tree`` of plugins, so a later file's plugin section (for example
-    ``plugins."io.containerd.grpc.v1.cri"``) replaces that whole section, not key by key.
-  - containerd 2.x (config versions 1 to 3): plugins are ``map[string]any``, merged key by key
-    (a later non-empty value wins; lists gain the items they lack). A drop-in whose ``version``
-    is higher than the root's makes containerd refuse the configuration; an older drop-in is
-    migrated to the root's version first (v2's ``io.containerd.grpc.v1.cri`` ``containerd``
-    table becomes v3's ``io.containerd.cri.v1.runtime``).
-
-  Config version 3 is containerd 2.x only; versions 1 and 2 are read by both, so both merge
-  rules are candidates (the worst result counts); any other version is judged under both.
-  ``disabled_plugins`` naming the CRI plugin means this containerd serves no Kubernetes pods.
+* **containerd** reads the ``--config`` (``-c``) ``containerd.service`` and its drop-ins start it
+  with (:func:`containerd_unit`), else ``/etc/containerd/config.toml``, and the files its
+  ``imports`` name, as each release family's loader does (:mod:`bcd_containerd`: 1.7, 2.0-2.2,
+  2.3.0-2.3.4, 2.3.5+; imports and globbing, version migration, section merge, the CRI plugin's
+  load conditions). One candidate configuration per family judged: the node's own when its
+  release is known, else every family (the worst result counts). Nothing else is loaded: a file
+  in ``/etc/containerd/conf.d`` that no ``imports`` names is a note.
 * **k3s and RKE2** generate ``config.toml`` under ``/var/lib/rancher/<k3s|rke2>/agent/etc/containerd``
   from ``config-v3.toml.tmpl`` when it exists, else from ``config.toml.tmpl`` (only the one in
   effect is judged, the other is reported as ignored), else from their built-in template, which
-  adds the NVIDIA runtimes whose binaries they find. ``default-runtime`` in
+  adds the NVIDIA runtimes whose binaries they find. The config they generate imports the drop-in
+  directory of its template's version (``config-v3.toml.d`` for version 3, ``config.toml.d`` for
+  2; k3s PR #13680); a version 3 template is a containerd 2.x one. ``default-runtime`` in
   ``/etc/rancher/<k3s|rke2>/config.yaml`` and ``config.yaml.d/*.yaml`` (the last wins) sets the
   default runtime. A template that includes the built-in base (``{{ template "base" . }}``) while
   no generated ``config.toml`` is on disk leaves the base open: the runtimes k3s would add are
@@ -41,6 +32,9 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
+
+from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_containerd as cd
 
 CONTAINERD_ROOT = "/etc/containerd/config.toml"
 # Conventional drop-in directories: containerd loads them only when an ``imports`` names them.
@@ -55,11 +49,6 @@ CRIO_DROPIN_DIR = "/etc/crio/crio.conf.d"
 CRIO_NEVER_READ = ("/etc/crio/conf.d",)
 DROPIN_SUFFIXES = (".toml", ".conf")
 
-# The CRI plugin by config version (v1 plugin ids, v2 URIs, v3's split runtime plugin).
-CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
-CRI_PLUGINS = tuple(CRI_PLUGIN.values())
-RULE_1X = "containerd 1.x"
-RULE_2X = "containerd 2.x"
 RULE_CRIO = "CRI-O"
 # The binaries k3s's built-in template adds a runtime for (k3s pkg/agent/containerd nvidia.go),
 # looked up in the GPU operator's toolkit directory and on $PATH.
@@ -72,13 +61,13 @@ K3S_SEARCH_DIRS = ("/usr/local/nvidia/toolkit", "/opt/kwasm/bin", "/usr/local/sb
                    "/usr/bin", "/sbin", "/bin")
 BASE_TEMPLATE_RE = re.compile(r"\{\{-?\s*template\s+\"base\"")
 DEFAULT_RUNTIME_RE = re.compile(r"""^default-runtime\s*:\s*(?P<v>"[^"]*"|'[^']*'|[^\s#]+)""", re.M)
+# Where systemd finds containerd's unit and its drop-ins, most important first (systemd.unit(5)).
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+             "/usr/lib/systemd/system")
+CONTAINERD_UNIT = "containerd.service"
+EXEC_PREFIX_RE = re.compile(r"^[-@:+!]+")
 # Keys that hold no setting of their own (what a file loads, not what it sets).
 STRUCTURAL_KEYS = ("version", "imports")
-
-
-def _version(doc: dict) -> int:
-    v = doc.get("version", 0)
-    return v if isinstance(v, int) and not isinstance(v, bool) else -1
 
 
 def _empty(value) -> bool:
@@ -128,87 +117,97 @@ def merge_deep(dst: dict, origin: dict, src: dict, file: str, *, lists: str, ski
             _mark(origin, kp, v, file)
 
 
-def merge_1x(dst: dict, origin: dict, src: dict, file: str, replaced: list) -> None:
-    """containerd 1.x: plugin sections replaced whole; top-level lists appended; the rest merged."""
-    for k, v in src.items():
-        if k == "plugins" and isinstance(v, dict):
-            plugins = dst.setdefault("plugins", {})
-            for name, section in v.items():
-                kp = ("plugins", str(name))
-                if name in plugins:
-                    before = {origin[p] for p in origin if p[:2] == kp}
-                    replaced.extend((f, name, file) for f in sorted(before) if f != file)
-                plugins[name] = copy.deepcopy(section)
-                _drop(origin, kp)
-                _mark(origin, kp, section, file)
-        elif isinstance(v, list) and isinstance(dst.get(k), list):
-            dst[k].extend(copy.deepcopy(v))
-            _mark(origin, (k,), dst[k], file)
-        elif isinstance(v, dict) and isinstance(dst.get(k), dict):
-            merge_deep(dst[k], origin, v, file, lists="append", skip_empty=True, path=(k,))
-        elif k in dst and _empty(v):
+def _unit_lines(text: str):
+    """(key, value) of a systemd unit file's [Service] section, continuation lines joined."""
+    section = None
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
             continue
-        else:
-            dst[k] = copy.deepcopy(v)
-            _drop(origin, (k,))
-            _mark(origin, (k,), v, file)
-
-
-def migrate(doc: dict, frm: int, to: int) -> dict:
-    """containerd 2.x's per-file migration of the CRI plugin's runtime table (v1 -> v2 -> v3)."""
-    doc = copy.deepcopy(doc)
-    plugins = doc.get("plugins")
-    if not isinstance(plugins, dict):
-        return doc
-    if frm < 2 <= to and isinstance(plugins.get("cri"), dict):
-        section = plugins.pop("cri")
-        target = plugins.setdefault(CRI_PLUGIN[2], {})
-        if isinstance(target, dict):
-            target.update(section)
-    if frm < 3 <= to and isinstance(plugins.get(CRI_PLUGIN[2]), dict):
-        old = plugins[CRI_PLUGIN[2]]
-        moved = {k: old.pop(k) for k in ("containerd", "enable_cdi", "cdi_spec_dirs") if k in old}
-        if moved:
-            target = plugins.setdefault(CRI_PLUGIN[3], {})
-            if isinstance(target, dict):
-                target.update(moved)
-        if not old:
-            del plugins[CRI_PLUGIN[2]]
-    return doc
-
-
-def cri_table(doc: dict, version: int) -> dict:
-    """The CRI plugin's ``containerd`` table (runtimes, default_runtime_name) for ``version``;
-    every CRI plugin name merged for a version no containerd documents."""
-    plugins = doc.get("plugins") if isinstance(doc.get("plugins"), dict) else {}
-    if version in (0, 1):
-        names = [CRI_PLUGIN[1], CRI_PLUGIN[2]]
-    elif version in (2, 3):
-        names = [CRI_PLUGIN[version]]
-    else:
-        names = list(CRI_PLUGINS)
-    out: dict = {}
-    for name in names:
-        table = (plugins.get(name) or {}).get("containerd") if isinstance(plugins.get(name), dict) else None
-        if isinstance(table, dict):
-            runtimes = dict(out.get("runtimes") or {})
-            runtimes.update(table.get("runtimes") or {} if isinstance(table.get("runtimes"), dict) else {})
-            out.update(table)
-            out["runtimes"] = runtimes
-    return out
-
-
-def containerd_handlers(doc: dict, version: int) -> dict:
-    """Handler name -> the binary it runs (None: the shim's default, runc), from the CRI table."""
-    out = {}
-    for name, rt in (cri_table(doc, version).get("runtimes") or {}).items():
-        if not isinstance(rt, dict):
+        if not line or line.startswith(("#", ";")):
             continue
-        options = rt.get("options") if isinstance(rt.get("options"), dict) else {}
-        binary = options.get("BinaryName") or options.get("Runtime") or rt.get("runtime_engine") or None
-        out[str(name)] = {"binary": binary if isinstance(binary, str) else None,
-                          "runtime_type": rt.get("runtime_type")}
-    return out
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        if section == "Service" and "=" in line:
+            key, value = line.split("=", 1)
+            yield key.strip(), value.strip()
+
+
+def config_flag(argv: list[str]) -> str | None:
+    """The value of containerd's ``--config``/``-c`` in an argument list (the last one wins)."""
+    found = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        for flag in ("--config", "-config", "-c", "--c"):
+            if a == flag and i + 1 < len(argv):
+                found = argv[i + 1]
+                i += 1
+                break
+            if a.startswith(flag + "="):
+                found = a.split("=", 1)[1]
+                break
+        i += 1
+    return found
+
+
+def containerd_unit(fs) -> dict | None:
+    """containerd.service as systemd reads it: the unit file in effect and its drop-ins
+    (``containerd.service.d/*.conf`` of every unit directory, by file name, a name in a more
+    important directory hiding the same name elsewhere), the ExecStart in effect (an empty
+    ``ExecStart=`` resets the list) and the ``--config``/``-c`` it passes. None when there is no
+    unit. ``{"unit", "files", "exec", "binary", "config", "problem"}``."""
+    unit = next((f"{d}/{CONTAINERD_UNIT}" for d in UNIT_DIRS if fs.isfile(f"{d}/{CONTAINERD_UNIT}")), None)
+    dropins: dict[str, str] = {}
+    for d in reversed(UNIT_DIRS):
+        directory = f"{d}/{CONTAINERD_UNIT}.d"
+        if fs.isdir(directory):
+            try:
+                for f in fs.listdir(directory):
+                    if f.endswith(".conf"):
+                        dropins[f.rsplit("/", 1)[1]] = f
+            except OSError:
+                continue
+    if unit is None and not dropins:
+        return None
+    files = ([unit] if unit else []) + [dropins[n] for n in sorted(dropins)]
+    execs: list[str] = []
+    for f in files:
+        try:
+            text = fs.read_text(f, limit=1 << 20)
+        except (OSError, UnicodeDecodeError):
+            return {"unit": unit, "files": files, "exec": None, "binary": None, "config": None,
+                    "problem": f"{f} cannot be read"}
+        for key, value in _unit_lines(text):
+            if key == "ExecStart":
+                execs = [] if value == "" else [*execs, value]
+    if not execs:
+        return {"unit": unit, "files": files, "exec": None, "binary": None, "config": None, "problem": None}
+    command = execs[-1]
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        return {"unit": unit, "files": files, "exec": command, "binary": None, "config": None,
+                "problem": f"its ExecStart does not parse ({exc})"}
+    if argv:
+        argv[0] = EXEC_PREFIX_RE.sub("", argv[0])
+    config = config_flag(argv[1:])
+    problem = None
+    if config and ("$" in config or not config.startswith("/")):
+        problem = f"its ExecStart passes --config {config!r}, which systemd expands at run time"
+    return {"unit": unit, "files": files, "exec": command, "binary": argv[0] if argv else None, "config": config,
+            "problem": problem}
+
+
+def containerd_handlers(o) -> dict:
+    """Handler name -> the binary it runs (None: the shim's default, runc) and its runtime_type,
+    as the CRI plugin of one family's reading (:class:`bcd_containerd.Outcome`) runs them."""
+    return {str(name): {"binary": rt.get("binary"), "runtime_type": rt.get("runtime_type")}
+            for name, rt in o.runtimes.items()}
 
 
 def crio_handlers(doc: dict) -> dict:
@@ -234,6 +233,8 @@ class Effective:
         self.notes: list[str] = []
         self.problems: list[tuple[str, str, str]] = []
         self.loaded: set[str] = set()
+        self.unit: dict | None = None
+        self.containerd_root = CONTAINERD_ROOT
 
     def ignore(self, file: str, why: str) -> None:
         if not any(i["file"] == file and i["why"] == why for i in self.ignored):
@@ -245,9 +246,10 @@ class Loader:
     or None (it records why); ``fs`` is the node root (``isfile``, ``isdir``, ``listdir``, ``glob``,
     ``read_text``)."""
 
-    def __init__(self, fs, read):
+    def __init__(self, fs, read, families=None):
         self.fs = fs
         self.read = read
+        self.families = list(families or cd.FAMILIES)
         self.eff = Effective()
         self._docs: dict[str, dict | None] = {}
 
@@ -267,133 +269,71 @@ class Loader:
 
     # -- containerd ------------------------------------------------------------------------------
 
-    def _load_order(self, root: str, template: bool, after: list[str]) -> tuple[list[str], dict, bool]:
-        """(files in containerd's load order, their documents, whether every one parsed)."""
-        order: list[str] = []
-        docs: dict[str, dict] = {}
-        complete = True
-        pending = [root]
-        queued_after = list(after)
-        seen: set[str] = set()
-        while pending or queued_after:
-            if not pending:
-                pending.append(queued_after.pop(0))
-            path = pending.pop(0)
-            if path in seen:
-                continue
-            seen.add(path)
-            if not self.fs.isfile(path):
-                if path != root:
-                    self.eff.problems.append((
-                        path, f"{path} is imported but does not exist: containerd refuses to start with this "
-                        "configuration, so what runs instead cannot be known.", f"create {path} or remove it from imports",
-                    ))
-                    complete = False
-                continue
+    def _family_read(self, root: str, template: bool):
+        def read(path: str):
             doc = self._doc(path, template and path == root)
             self.eff.loaded.add(path)
-            if doc is None:
-                complete = False  # the finding is recorded; its settings and imports are unknown
-                continue
-            order.append(path)
-            docs[path] = doc
-            imports = doc.get("imports")
-            if isinstance(imports, str):
-                imports = [imports]
-            base = path.rsplit("/", 1)[0] or "/"
-            for pattern in imports if isinstance(imports, list) else []:
-                if not isinstance(pattern, str):
-                    continue
-                if "@@bcd-template@@" in pattern:
-                    self.eff.problems.append((
-                        path, f"{path} imports a path its template computes at run time ({pattern!r}).",
-                        f"write the import path literally in {path}",
-                    ))
-                    complete = False
-                    continue
-                absolute = pattern if pattern.startswith("/") else base.rstrip("/") + "/" + pattern
-                if "*" in absolute or "?" in absolute or "[" in absolute:
-                    pending.extend(self.fs.glob(absolute))
-                else:
-                    pending.append(absolute)
-        return order, docs, complete
+            return doc
+        return read
 
     def containerd(self, runtime: str, root: str, *, template: bool = False, after: list[str] | None = None,
-                   default_runtime: tuple[str, str] | None = None, extra_runtimes: dict | None = None) -> list[dict]:
-        """Every candidate configuration of one containerd whose root file is ``root``."""
-        order, docs, complete = self._load_order(root, template, list(after or []))
-        if not order:
+                   default_runtime: tuple[str, str] | None = None, extra_runtimes: dict | None = None,
+                   families: list[str] | None = None) -> list[dict]:
+        """Every candidate configuration of one containerd whose root file is ``root``: one per
+        loader family judged (:mod:`bcd_containerd`; the node's own when its version is known)."""
+        if not self.fs.isfile(root):
             return []
-        version = next((_version(docs[p]) for p in order if _version(docs[p]) != 0), 0)
-        if version == 3:
-            rules = [RULE_2X]
-        elif version in (0, 1, 2):
-            rules = [RULE_1X, RULE_2X]
-        else:
-            rules = [RULE_1X, RULE_2X]
-            self.eff.notes.append(
-                f"{root}: config version {docs[order[0]].get('version')!r} is not one containerd 1.x (1, 2) or 2.x "
-                "(1 to 3) documents: judged under both merge rules, the worst result counts"
-            )
         out = []
-        for rule in rules:
-            merged: dict = {}
-            origin: dict = {}
-            replaced: list = []
-            refused = None
-            root_version = 0
-            for path in order:
-                doc = docs[path]
-                v = _version(doc)
-                if rule == RULE_2X:
-                    if root_version == 0:
-                        root_version = v
-                    if v > root_version:
-                        refused = (f"{path} has config version {v}, higher than the root's {root_version}: "
-                                   "containerd 2.x refuses to start with this configuration")
-                        break
-                    target = _version(merged) if merged else v
-                    if 0 <= v < target:
-                        doc = migrate(doc, v, target)
-                    merge_deep(merged, origin, doc, path, lists="append", skip_empty=True)
-                else:
-                    merge_1x(merged, origin, doc, path, replaced)
-            if refused:
-                self.eff.notes.append(f"{root}: {refused} (judged as containerd 1.x only)" if len(rules) > 1
-                                      else f"{root}: {refused}")
-                if len(rules) == 1:
-                    self.eff.problems.append((root, refused, "give every drop-in the root's version"))
+        refusals: dict[tuple, list[str]] = {}
+        for family in families or self.families:
+            o = cd.load(self.fs, self._family_read(root, template), root, family, after=list(after or []))
+            if o.templated:
+                problem = (o.where, f"{o.where} imports a path its template computes at run time ({o.templated!r}).",
+                           f"write the import path literally in {o.where}")
+                if problem not in self.eff.problems:
+                    self.eff.problems.append(problem)
                 continue
-            disabled = [p for p in merged.get("disabled_plugins") or [] if isinstance(p, str)]
-            serves_cri = not any(p in CRI_PLUGINS for p in disabled)
-            effective_version = version if version in (0, 1, 2, 3) else -1
-            out.append({
-                "runtime": runtime, "rule": rule, "root": root, "files": list(order), "complete": complete,
-                "version": version, "doc": merged, "origin": origin, "serves_cri": serves_cri,
-                "disabled_plugins": disabled,
-                # a file named in bcd_container_runtime may be CRI-O's
-                "handlers": crio_handlers(merged) if "crio" in merged else containerd_handlers(merged, effective_version),
-                "default_runtime": default_runtime or (
-                    (cri_table(merged, effective_version).get("default_runtime_name"), root)
-                    if cri_table(merged, effective_version).get("default_runtime_name") else None
-                ),
+            c = {
+                "runtime": runtime, "rule": o.label, "family": family, "root": root, "files": list(o.files),
+                "complete": o.state != cd.REFUSED, "version": o.version, "state": o.state, "reason": o.reason,
+                "where": o.where or root, "serves_cri": o.state == cd.SERVING, "disabled_plugins": list(o.disabled),
+                "doc": {}, "origin": {}, "keys": {}, "handlers": {}, "default_runtime": None,
                 "extra_runtimes": dict(extra_runtimes or {}),
-            })
-            for f, name, by in replaced:
-                self.eff.notes.append(
-                    f"{f}: its [plugins.\"{name}\"] section is replaced whole by {by}'s under containerd 1.x "
-                    "(1.x merges a plugin's section whole, not key by key)"
-                )
-            contributing = set(origin.values())
-            for f in order:
-                doc = docs[f]
+            }
+            if o.state == cd.REFUSED:
+                refusals.setdefault((o.where, o.reason), []).append(o.label)
+            if o.state == cd.SERVING:
+                c["doc"], c["origin"], c["keys"] = cd.scan_doc(o)
+                c["handlers"] = containerd_handlers(o)
+                if default_runtime:
+                    c["default_runtime"] = default_runtime
+                elif o.default_runtime:
+                    c["default_runtime"] = (o.default_runtime, o.default_from or root)
+            out.append(c)
+            for f, name, by in o.replaced:
+                note = (f"{f}: its [plugins.\"{name}\"] section is replaced whole by {by}'s under containerd 1.7 "
+                        "(1.7 merges a plugin's section whole, not key by key)")
+                if note not in self.eff.notes:
+                    self.eff.notes.append(note)
+            for note in o.notes:
+                if note not in self.eff.notes:
+                    self.eff.notes.append(note)
+        # a file is overridden, or serves nothing, only when that holds under every family judged
+        serving = [c for c in out if c["serves_cri"]]
+        if out and not serving and all(c["state"] == cd.DISABLED for c in out):
+            for c in out:
+                for f in c["files"]:
+                    self.eff.ignore(f, f"its containerd disables the CRI plugin ({c['reason']}), so it serves no "
+                                       "Kubernetes pod")
+        elif serving and len(serving) == len(out):
+            contributing = set().union(*(set(c["origin"].values()) | {c["root"]} for c in serving))
+            for f in serving[0]["files"]:
+                doc = self._docs.get(f) or {}
                 own = [k for k in doc if k not in STRUCTURAL_KEYS]
-                if own and f not in contributing and not doc.get("imports"):
-                    self.eff.ignore(f, "overridden: every setting it makes is set again by a later file")
-            if not serves_cri:
-                for f in order:
-                    self.eff.ignore(f, f"its containerd disables the CRI plugin (disabled_plugins = {disabled}), so it "
-                                       "serves no Kubernetes pod")
+                plugins = doc.get("plugins") if isinstance(doc.get("plugins"), dict) else {}
+                only_cri = own == ["plugins"] and plugins and all(k in cd.CRI_SECTIONS for k in plugins)
+                if only_cri and f not in contributing and all(f in c["files"] for c in serving):
+                    self.eff.ignore(f, "overridden: every CRI setting it makes is set again by a later file")
         return out
 
     # -- k3s and RKE2 ----------------------------------------------------------------------------
@@ -440,31 +380,55 @@ class Loader:
         for other in present[1:]:
             self.eff.ignore(other, f"{distro} renders {template} instead (config-v3.toml.tmpl takes precedence over "
                                    "config.toml.tmpl)")
-        after = [p for d in RANCHER_DROPIN_DIRS for p in self._dropins(f"{directory}/{d}")]
+        # The template version decides the base k3s renders and the drop-in directory its imports
+        # name (k3s PR #13680): config-v3.toml.d for version 3, config.toml.d for version 2. A
+        # version 3 template means a k3s whose containerd is 2.x.
+        generated_doc = self._doc(generated) if self.fs.isfile(generated) else None
+        v3 = (template == templates[0]) or (template is None and isinstance(generated_doc, dict)
+                                           and generated_doc.get("version") == 3)
+        dropdir = f"{directory}/{RANCHER_DROPIN_DIRS[1] if v3 else RANCHER_DROPIN_DIRS[0]}"
+        other_dir = f"{directory}/{RANCHER_DROPIN_DIRS[0] if v3 else RANCHER_DROPIN_DIRS[1]}"
+        families = [f for f in self.families if f != cd.F17] if v3 else self.families
+        if v3 and not families:
+            self.eff.notes.append(f"{distro}: a version 3 template or config.toml is containerd 2.x's, but the node's "
+                                  "containerd is 1.7: judged as containerd 1.7 reads it")
+            families = self.families
+        for f in self._dropins(other_dir):
+            self.eff.ignore(f, f"{distro}'s {'version 3' if v3 else 'version 2'} configuration imports "
+                               f"{dropdir}/*.toml, not {other_dir}")
         default = self.rancher_default_runtime(distro)
         if self.fs.isfile(generated):
-            self.eff.configs.extend(self.containerd(distro, generated, after=after, default_runtime=default))
+            self.eff.configs.extend(self.containerd(distro, generated, default_runtime=default, families=families))
         if template:
             extra = None
+            after = []
             try:
                 text = self.fs.read_text(template)
             except (OSError, UnicodeDecodeError):
                 text = ""
-            if BASE_TEMPLATE_RE.search(text) and not self.fs.isfile(generated):
-                extra = self._k3s_detected()
-                self.eff.notes.append(
-                    f"{template} includes {distro}'s built-in base template, which is not on disk (no {generated}): "
-                    "judged with the NVIDIA runtimes the base adds for the binaries found ("
-                    + (", ".join(f"{k}: {v}" for k, v in sorted(extra.items())) or "none") + ")"
-                )
+            if BASE_TEMPLATE_RE.search(text):
+                # the base template imports the drop-in directory of its version
+                after = self._dropins(dropdir)
+                if not self.fs.isfile(generated):
+                    extra = self._k3s_detected()
+                    self.eff.notes.append(
+                        f"{template} includes {distro}'s built-in base template, which is not on disk (no {generated}): "
+                        "judged with the NVIDIA runtimes the base adds for the binaries found ("
+                        + (", ".join(f"{k}: {v}" for k, v in sorted(extra.items())) or "none") + ")"
+                    )
             self.eff.configs.extend(self.containerd(distro, template, template=True, after=after,
-                                                    default_runtime=default, extra_runtimes=extra))
+                                                    default_runtime=default, extra_runtimes=extra, families=families))
+        for f in self._dropins(dropdir):
+            if f not in self.eff.loaded and (self.fs.isfile(generated) or template):
+                self.eff.ignore(f, f"not imported: the {distro} configuration in effect imports nothing from {dropdir} "
+                                   f"({distro} releases before the drop-in imports write none into {generated})")
 
     # -- CRI-O -----------------------------------------------------------------------------------
 
-    def crio(self) -> None:
-        files = ([CRIO_ROOT] if self.fs.isfile(CRIO_ROOT) else []) + self._dropins(CRIO_DROPIN_DIR)
-        for d in CRIO_NEVER_READ:
+    def crio(self, files: list[str] | None = None) -> None:
+        custom = files is not None
+        files = files if custom else ([CRIO_ROOT] if self.fs.isfile(CRIO_ROOT) else []) + self._dropins(CRIO_DROPIN_DIR)
+        for d in () if custom else CRIO_NEVER_READ:
             if self.fs.isdir(d):
                 try:
                     for p in self.fs.listdir(d):
@@ -491,31 +455,69 @@ class Loader:
         runtime = (merged.get("crio") or {}).get("runtime") or {}
         default = runtime.get("default_runtime") if isinstance(runtime, dict) else None
         self.eff.configs.append({
-            "runtime": "cri-o", "rule": RULE_CRIO, "root": order[0], "files": order, "complete": complete,
+            "runtime": "custom" if custom else "cri-o", "rule": RULE_CRIO, "root": order[0], "files": order, "complete": complete,
             "version": None, "doc": merged, "origin": origin, "serves_cri": True, "disabled_plugins": [],
             "handlers": crio_handlers(merged),
             "default_runtime": (default, origin.get(("crio", "runtime", "default_runtime"), order[0])) if default else None,
             "extra_runtimes": {},
         })
 
+    def _custom(self, path: str) -> None:
+        """A file named in bcd_container_runtime: CRI-O's format when it has a [crio] table, else
+        containerd's."""
+        doc = self._doc(path, path.endswith(".tmpl")) if self.fs.isfile(path) else None
+        if isinstance(doc, dict) and "crio" in doc:
+            self.crio(files=[path])
+        else:
+            self.eff.configs.extend(self.containerd("custom", path, template=path.endswith(".tmpl")))
+
     # -- all -------------------------------------------------------------------------------------
 
+    def containerd_root(self) -> str:
+        """The file containerd.service starts containerd with: its ``--config``, else the default."""
+        unit = containerd_unit(self.fs)
+        self.eff.unit = unit
+        if unit is None:
+            return CONTAINERD_ROOT
+        where = unit["files"][-1] if unit["files"] else CONTAINERD_UNIT
+        if unit["problem"]:
+            self.eff.problems.append((where, f"containerd.service ({', '.join(unit['files'])}): {unit['problem']}, "
+                                             "so the configuration containerd reads cannot be known.",
+                                      "write the --config path literally in the unit or its drop-in"))
+            return CONTAINERD_ROOT
+        config = unit["config"]
+        if not config or config == CONTAINERD_ROOT:
+            return CONTAINERD_ROOT
+        self.eff.notes.append(f"containerd.service starts containerd with --config {config} "
+                              f"({unit['exec']!r}, in effect from {', '.join(unit['files'])})")
+        if self.fs.isfile(CONTAINERD_ROOT):
+            self.eff.ignore(CONTAINERD_ROOT, f"containerd.service starts containerd with --config {config}, so "
+                                             f"containerd never reads {CONTAINERD_ROOT}")
+        if not self.fs.isfile(config):
+            self.eff.problems.append((config, f"containerd.service starts containerd with --config {config}, which "
+                                              "does not exist in this node root: containerd refuses to start with a "
+                                              "--config that cannot be read.",
+                                      f"collect {config} with the node's files (or fix the unit's --config)"))
+        return config
+
     def run(self, extra_files=(), extra_dirs=()) -> Effective:
-        self.eff.configs.extend(self.containerd("containerd", CONTAINERD_ROOT))
+        root = self.containerd_root()
+        self.eff.containerd_root = root
+        self.eff.configs.extend(self.containerd("containerd", root))
         for distro in RANCHER:
             self.rancher(distro)
         self.crio()
         known_dirs = {CRIO_DROPIN_DIR}
         for f in extra_files:
-            if f in (CONTAINERD_ROOT, CRIO_ROOT) or any(f.startswith(RANCHER[d][0] + "/") for d in RANCHER):
+            if f in (CONTAINERD_ROOT, root, CRIO_ROOT) or any(f.startswith(RANCHER[d][0] + "/") for d in RANCHER):
                 continue
-            self.eff.configs.extend(self.containerd("custom", f, template=f.endswith(".tmpl")))
+            self._custom(f)
         for d in extra_dirs:
             if d in known_dirs:
                 continue
             for f in self._dropins(d):
                 if f not in self.eff.loaded:
-                    self.eff.configs.extend(self.containerd("custom", f, template=f.endswith(".tmpl")))
+                    self._custom(f)
         for d in CONTAINERD_DROPIN_DIRS:
             for f in self._dropins(d):
                 if f in self.eff.loaded:
@@ -528,6 +530,7 @@ class Loader:
         return self.eff
 
 
-def load(fs, read, extra_files=(), extra_dirs=()) -> Effective:
-    """The configuration in effect on the node at ``fs`` (see the module docstring)."""
-    return Loader(fs, read).run(extra_files, extra_dirs)
+def load(fs, read, extra_files=(), extra_dirs=(), families=None) -> Effective:
+    """The configuration in effect on the node at ``fs`` (see the module docstring); containerd's
+    read by each loader family of ``families`` (default: every family)."""
+    return Loader(fs, read, families).run(extra_files, extra_dirs)

@@ -17,8 +17,9 @@ description:
     nothing.
   - "O(scope=node): reads one node's root directory (C(/) on the node itself, over SSH; a folder
     of files collected from a node; a test folder): the container runtime configuration in effect
-    (containerd's C(/etc/containerd/config.toml) of config versions 1 to 3 and what its C(imports)
-    name, relative ones from the importing file's directory and always inside the root; k3s's and
+    (containerd's C(--config) from C(containerd.service) and its drop-ins, else
+    C(/etc/containerd/config.toml), and what its C(imports) name, relative ones from the importing
+    file's directory and always inside the root; k3s's and
     RKE2's C(config.toml), the template in effect and their C(config.toml.d)/C(config-v3.toml.d);
     CRI-O's C(/etc/crio/crio.conf) and C(crio.conf.d)), every binary key in it (v1 C(plugins.cri) and
     C([plugins.linux] runtime), C(options.BinaryName), C(options.Runtime), C(runtime_engine),
@@ -38,11 +39,16 @@ description:
     C(isolated)."
   - "O(scope=cluster): reads the cluster with the kubernetes client (C(bcd_kubeconfig),
     C(bcd_kube_context)) and checks every Node C(bcd_node_selector) selects: another device plugin
-    (the Node's allocatable C(nvidia.com/*) above zero); another GPU DRA driver (a ResourceSlice of
+    (a GPU resource of the Node's allocatable above zero - C(nvidia.com/*), which HAMi's
+    C(nvidia.com/gpumem) and C(nvidia.com/gpucores) are too, Volcano's C(volcano.sh/vgpu-*),
+    Alibaba's C(aliyun.com/gpu-*), Tencent's C(tencent.com/vcuda-*), and the patterns of
+    C(bcd_foreign_gpu_resources)); another GPU DRA driver (a ResourceSlice of
     C(resource.k8s.io) v1, v1beta2 or v1beta1, whichever the API serves, whose driver is not
     C(gpu.bcd.dev) and whose name contains C(gpu), such as C(gpu.nvidia.com), offering devices; it
     concerns its C(spec.nodeName), or every node when it has none; an API without
-    C(resource.k8s.io) is no evidence either way); and each GPU operator ClusterPolicy (the device
+    C(resource.k8s.io) is no evidence either way; a DRA install of the GPU operator without a
+    ClusterPolicy is reported so); and the GPU operator ClusterPolicy the operator acts on (the
+    oldest; the others, which it marks C(ignored), are named in a note) (the device
     plugin on, C(spec.devicePlugin.enabled) absent meaning on; the NRI plugin on; the operator's
     toolkit on without C(ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false); and, with
     C(bcd_nvidia_toolkit=gpu-operator), CDI off). ClusterPolicy findings apply to every selected node.
@@ -53,12 +59,21 @@ description:
     ClusterPolicy is the evidence (device plugin off, toolkit env false, CDI on, NRI off) and the
     result says plainly that the node files were not read; with C(packages) or custom paths the node
     is C(unverifiable)."
-  - "Only the configuration in effect is judged (module_utils C(bcd_runtime_config)): containerd
-    loads C(/etc/containerd/config.toml) and what its C(imports) name, breadth first, merged by the
-    1.x rule (a plugin's section replaced whole by a later file's) and the 2.x rule (key by key; a
-    drop-in of a higher C(version) than the root's is refused), both judged for config versions 1
-    and 2, only 2.x for 3; a containerd whose C(disabled_plugins) names the CRI plugin serves no
-    pod. k3s and RKE2 render C(config-v3.toml.tmpl) in preference to C(config.toml.tmpl) and take
+  - "Only the configuration in effect is judged (module_utils C(bcd_runtime_config) and
+    C(bcd_containerd)): containerd's loader as each release family runs it - 1.7, 2.0-2.2,
+    2.3.0-2.3.4 and 2.3.5+/2.4 (imports and Go's globbing, a missing or unparsable file refusing the
+    start, version migration, the 1.7 section replace or the 2.x key-by-key merge, the CRI plugin's
+    load conditions); proved against those real releases by the collection's differential test. The
+    node's release is its containerd's C(--version) (on the node, O(root=/)), or the file
+    C(containerd-version) at a collected root holding that output; without it every family is
+    judged and the worst verdict counts, with a note. A containerd that would refuse its
+    configuration, or whose CRI plugin does not load or is disabled, serves no pod: with no other
+    configuration serving CRI the node is C(unverifiable), and C(not-ready) naming containerd's
+    reason (disabled - C(unknown)). A C(--config) outside the files C(bcd_container_runtime) mounts
+    into bcd's pod is C(not-ready) naming the files to list there."
+  - "k3s and RKE2 render C(config-v3.toml.tmpl) in preference to C(config.toml.tmpl) (a version 3
+    template is containerd 2.x's) and load the drop-ins of C(config-v3.toml.d) or C(config.toml.d),
+    the one of their template's version, through the imports of the config they generate; they take
     C(default-runtime) from C(/etc/rancher/<k3s|rke2>/config.yaml) and C(config.yaml.d/*.yaml).
     CRI-O reads C(crio.conf) then C(crio.conf.d/*) in lexical order, the last value winning, and
     never C(/etc/crio/conf.d). Every file that exists but is not in effect is a note naming it and
@@ -86,7 +101,7 @@ options:
     description:
       - The C(bcd_*) variables, as C(lookup('bcd.kubernetes.bcd_inventory')) returns them. Required for
         O(scope=cluster) and O(scope=settings). Only C(bcd_nvidia_toolkit), C(bcd_container_runtime),
-        C(bcd_node_selector), C(bcd_gpu_isolation_enforce), C(bcd_node_roots), C(bcd_node_root),
+        C(bcd_node_selector), C(bcd_gpu_isolation_enforce), C(bcd_foreign_gpu_resources), C(bcd_node_roots), C(bcd_node_root),
         C(bcd_report_out), C(bcd_kubeconfig) and C(bcd_kube_context) are validated here; an unknown
         C(bcd_*) name is refused.
     type: dict
@@ -282,11 +297,19 @@ node:
       description:
         - Each configuration in effect (C(runtime), C(rule), C(root), C(files) in load order, C(serves_cri),
           C(default_runtime), C(handlers) name to C({binary, nvidia})); more than one per runtime when the
-          loading rules leave it open.
+          loading rules leave it open. A containerd configuration also has C(family) (C(1.7), C(2.0-2.2),
+          C(2.3.0-2.3.4), C(2.3.5+)), C(state) (C(serving), C(disabled), C(failed), C(refused)), C(reason)
+          and C(where) (the file containerd names when it refuses).
       type: list
       elements: dict
     cdi_specs: {description: "Each CDI specification of kind nvidia.com/gpu (C(path), C(devices), C(by_uuid)).", type: list, elements: dict}
     plugins_registry: {description: Whether /var/lib/kubelet/plugins_registry exists., type: bool}
+    containerd_version:
+      description: The node's containerd release (C(major.minor.patch)) the configuration was judged for, or null when unknown.
+      type: str
+    containerd_config:
+      description: The file containerd starts with (the C(--config) of C(containerd.service), else C(/etc/containerd/config.toml)).
+      type: str
     ready: {description: "C(ready), C(not-ready) or C(unknown).", type: str}
     readiness: {description: Readiness findings (C(status) C(not-ready) or C(unknown)) as RV(node.findings)., type: list, elements: dict}
 nodes:
@@ -335,7 +358,7 @@ report:
   description:
     - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "findings", "readiness",
       "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
-      "unmatched_node_files", "runtime_handler", "gpu_api"}).'
+      "active_cluster_policy", "unmatched_node_files", "runtime_handler", "gpu_api"}).'
   returned: scope is cluster or node
   type: dict
 """
@@ -347,7 +370,9 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
     ISOLATED,
     NOT_READY,
     NodeRootError,
+    active_cluster_policy,
     combine,
+    containerd_binary,
     finding,
     ready_summary,
     summary,
@@ -370,7 +395,7 @@ else:
 VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
     "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
-    "bcd_nvidia_runtime_class", "bcd_gpu_api", "bcd_gpu_stack_force_conflicts",
+    "bcd_nvidia_runtime_class", "bcd_gpu_api", "bcd_gpu_stack_force_conflicts", "bcd_foreign_gpu_resources",
 )
 SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
@@ -406,6 +431,7 @@ def _settings(module) -> dict:
         "kube_context": inv.bcd_kube_context,
         "runtime_class": inv.bcd_nvidia_runtime_class,
         "gpu_api": inv.bcd_gpu_api,
+        "foreign_gpu_resources": list(inv.bcd_foreign_gpu_resources),
     }
 
 
@@ -487,12 +513,27 @@ def _runtime_class(kube: Kube, name: str | None) -> tuple[str | None, list[dict]
 
 # --- scopes ------------------------------------------------------------------------------------
 
+def _containerd_version(module, root: str) -> str | None:
+    """On the node itself (root /): what its containerd binary says it is (``--version``)."""
+    if os.path.realpath(root) != "/":
+        return None
+    try:
+        binary = containerd_binary("/")
+    except (NodeRootError, OSError):
+        return None
+    if not binary:
+        return None
+    rc, out, _err = module.run_command([binary, "--version"])
+    return out if rc == 0 and out.strip() else None
+
+
 def run_node(module) -> None:
     root = module.params["root"]
     name = module.params["node_name"]
     try:
         result = verify_node_root(root, _paths(module, "runtime_paths"), _paths(module, "toolkit_paths"),
-                                  module.params["runtime_handler"] or None, module.params["gpu_api"])
+                                  module.params["runtime_handler"] or None, module.params["gpu_api"],
+                                  containerd_version=_containerd_version(module, root))
     except NodeRootError as exc:
         module.fail_json(msg=f"bcd_node_root: {exc}")
         return
@@ -554,6 +595,37 @@ def _bcd_view(nodes: list[dict], cp_nodes: list[dict] | None, error: str | None)
         n["bcd"] = {"id": c.get("id"), "state": c.get("state"), "conditions": list(c.get("conditions") or [])}
 
 
+OPERATOR_INSTALL_DIR = "/usr/local/nvidia"
+
+
+def _toolkit_install_dir(settings: dict, policies) -> dict | None:
+    """With the gpu-operator preset: where the active ClusterPolicy installs the toolkit
+    (``spec.toolkit.installDir``, default /usr/local/nvidia), its configuration directory, and a
+    readiness finding when bcd_nvidia_toolkit does not mount that directory into bcd's pod."""
+    if settings["mode"] != "gpu-operator":
+        return None
+    active = active_cluster_policy(policies or [])[0]
+    if active is None:
+        return None
+    toolkit = (active.get("spec") or {}).get("toolkit") or {}
+    install = toolkit.get("installDir") or OPERATOR_INSTALL_DIR
+    if not isinstance(install, str) or not install.startswith("/"):
+        return None
+    directory = install.rstrip("/") + "/toolkit/.config"
+    findings = []
+    if directory not in settings["toolkit_paths"]["dirs"]:
+        name = (active.get("metadata") or {}).get("name")
+        findings.append(finding(
+            NOT_READY, "toolkit-install-dir", f"ClusterPolicy/{name}",
+            f"ClusterPolicy/{name} installs the NVIDIA container toolkit under {install} (spec.toolkit.installDir), "
+            f"so its configuration is {directory}/nvidia-container-runtime/config.toml, but bcd_nvidia_toolkit mounts "
+            f"{', '.join(settings['toolkit_paths']['dirs'] + settings['toolkit_paths']['files'])} into bcd's pod: "
+            "bcd's own check on the node would not see it.",
+            f"set bcd_nvidia_toolkit: {{preset: gpu-operator, install_dir: {install}}}",
+        ))
+    return {"dir": directory, "findings": findings}
+
+
 def run_cluster(module) -> None:
     settings = _settings(module)
     try:
@@ -563,11 +635,18 @@ def run_cluster(module) -> None:
     except KubeError as exc:
         module.fail_json(msg=f"GPU isolation check: {exc}")
         return
+    install = _toolkit_install_dir(settings, cluster["policies"])
+    if install:
+        # the collected roots are judged knowing where the operator installs its toolkit
+        settings["toolkit_paths"] = {**settings["toolkit_paths"],
+                                     "dirs": sorted({*settings["toolkit_paths"]["dirs"], install["dir"]})}
+        class_findings = [*class_findings, *install["findings"]]
     files, names = _node_files(module, settings)
     result = combine(
         nodes=cluster["nodes"], slices=cluster["slices"], slice_api=cluster["slice_api"],
         policies=cluster["policies"], mode=settings["mode"], node_files=files,
         handler=handler, gpu_api=settings["gpu_api"], cluster_readiness=class_findings,
+        foreign_resources=settings.get("foreign_gpu_resources") or (),
     )
     _bcd_view(result["nodes"], module.params["control_plane_nodes"], module.params["control_plane_error"])
     selected = {n["name"] for n in result["nodes"]}
@@ -581,6 +660,7 @@ def run_cluster(module) -> None:
             else "not served by this API server (no evidence either way)"
         ),
         "cluster_policies": [(p.get("metadata") or {}).get("name") for p in cluster["policies"] or []],
+        "active_cluster_policy": ((active_cluster_policy(cluster["policies"] or [])[0] or {}).get("metadata") or {}).get("name"),
         "unmatched_node_files": unmatched,
         "runtime_handler": handler_source,
         "gpu_api": settings["gpu_api"],

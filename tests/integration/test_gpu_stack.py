@@ -252,6 +252,89 @@ def test_a_gpu_nvidia_com_resource_slice_fails_the_gate(api, tmp_path, gpu_names
     assert run_gate(tmp_path).returncode == 0
 
 
+def test_other_device_plugins_gpu_resources_fail_the_gate(api, tmp_path, gpu_names):
+    """Volcano's vGPU, Alibaba's GPU sharing and HAMi's memory resources on Node allocatable are
+    another device plugin's GPUs; bcd_foreign_gpu_resources adds a resource of the operator's own."""
+    core = k8s.CoreV1Api(api)
+    given = {gpu_names[0]: "volcano.sh/vgpu-number", gpu_names[1]: "aliyun.com/gpu-mem",
+             gpu_names[2]: "example.com/vgpu-slice"}
+    if len(gpu_names) > 3:
+        given[gpu_names[3]] = "nvidia.com/gpumem"
+    for name, resource in given.items():
+        core.patch_node_status(name, {"status": {"allocatable": {resource: "4"}}})
+    try:
+        run, data = doctor(tmp_path)
+        assert run.returncode != 0
+        for name, resource in given.items():
+            if resource.startswith("example.com/"):
+                assert verdicts(data)[name] == "isolated", "not a known GPU resource without the variable"
+                continue
+            assert verdicts(data)[name] == "exposed" and checks_of(data, name) == {"device-plugin"}
+            (f,) = next(n["findings"] for n in data["nodes"] if n["name"] == name)
+            assert f"{resource}=4" in f["message"] and f["where"] == f"Node/{name}"
+        run, data = doctor(tmp_path, "-e", json.dumps({"bcd_foreign_gpu_resources": ["example.com/vgpu-*"]}))
+        assert verdicts(data)[gpu_names[2]] == "exposed"
+        assert "bcd_foreign_gpu_resources (example.com/vgpu-*)" in next(
+            f["message"] for n in data["nodes"] if n["name"] == gpu_names[2] for f in n["findings"])
+        # a bad pattern is refused, naming the variable, before anything is read
+        run, _ = doctor(tmp_path, "-e", json.dumps({"bcd_foreign_gpu_resources": ["vgpu"]}))
+        assert run.returncode != 0 and "INVALID_CONFIG: bcd_foreign_gpu_resources" in run.stdout
+    finally:
+        for name, resource in given.items():
+            core.patch_node_status(name, [{"op": "remove", "path": "/status/allocatable/" + resource.replace("/", "~1")}])
+    run, data = doctor(tmp_path)
+    assert set(verdicts(data).values()) == {"isolated"}, data["nodes"]
+
+
+def test_several_cluster_policies_are_judged_by_the_one_the_operator_acts_on(api, tmp_path):
+    """The operator acts on the oldest ClusterPolicy and marks the others ignored: gpu-stack.yml
+    configures every one, the verdict follows the active one, a note names the ignored one."""
+    custom = k8s.CustomObjectsApi(api)
+    second = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "zz-second"},
+              "spec": copy.deepcopy(DEFAULT_SPEC)}
+    custom.create_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", second)
+    try:
+        # the operator's mark (the sandbox has no operator to set it)
+        custom.patch_cluster_custom_object_status("nvidia.com", "v1", "clusterpolicies", "zz-second",
+                                                  {"status": {"state": "ignored"}})
+        run, data = doctor(tmp_path)
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert set(verdicts(data).values()) == {"isolated"}
+        assert data["active_cluster_policy"] == "cluster-policy" and data["cluster_findings"] == []
+        assert all(any("ignores ClusterPolicy/zz-second" in x for x in n["notes"]) for n in data["nodes"])
+
+        run = run_playbook("gpu-stack.yml")
+        assert run.returncode == 0, run.stdout[-3000:]
+        configured = custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "zz-second")["spec"]
+        assert configured["devicePlugin"]["enabled"] is False and configured["cdi"]["enabled"] is True
+    finally:
+        custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "zz-second")
+
+
+def test_the_toolkit_preset_follows_the_install_dir(api, tmp_path):
+    """A ClusterPolicy whose toolkit.installDir is not the default (GKE COS): the gpu-operator
+    preset would mount the wrong directory, so the gate says not-ready with the fix; the preset
+    with install_dir mounts the right one."""
+    policy = read_policy(api)
+    spec = copy.deepcopy(policy["spec"])
+    spec["toolkit"]["installDir"] = "/home/kubernetes/bin/nvidia"
+    replace_spec(api, spec)
+    try:
+        run, data = doctor(tmp_path)
+        assert run.returncode != 0
+        for n in data["nodes"]:
+            (f,) = [f for f in n["readiness"] if f["check"] == "toolkit-install-dir"]
+            assert n["ready"] == "not-ready" and f["where"] == "ClusterPolicy/cluster-policy"
+            assert "set bcd_nvidia_toolkit: {preset: gpu-operator, install_dir: /home/kubernetes/bin/nvidia}" in f["fix"]
+        value = {"preset": "gpu-operator", "install_dir": "/home/kubernetes/bin/nvidia"}
+        run, data = doctor(tmp_path, "-e", json.dumps({"bcd_nvidia_toolkit": value}))
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert not [f for n in data["nodes"] for f in n["readiness"] if f["check"] == "toolkit-install-dir"]
+    finally:
+        spec["toolkit"]["installDir"] = policy["spec"]["toolkit"].get("installDir", "/usr/local/nvidia")
+        replace_spec(api, spec)
+
+
 def test_an_api_error_is_an_error_not_no_findings(sandbox, tmp_path):
     bad = tmp_path / "kubeconfig"
     config = yaml.safe_load(Path(sandbox.kubeconfig).read_text())
@@ -311,6 +394,9 @@ def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     for name, case in zip(gpu_names, itertools.cycle(cases)):  # every GPU node (earlier tests may have added some)
         roots[name] = tmp_path / name
         shutil.copytree(CASES / case, roots[name])
+        # the node's containerd release, as a collected root records it (case 05's drop-in has no
+        # runc, which containerd 1.7 would need)
+        (roots[name] / "containerd-version").write_text("containerd github.com/containerd/containerd/v2 v2.1.4 x\n")
         (roots[name] / "var/run/cdi").mkdir(parents=True)
         (roots[name] / "var/run/cdi/nvidia.yaml").write_text(
             "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n")
@@ -407,3 +493,37 @@ def test_both_entry_points_work_included_from_another_play(api, tmp_path):
     assert run.returncode == 0, run.stdout[-3000:]
     assert "MINTING-A-TOKEN-NOW" in run.stdout
     assert read_policy(api)["spec"]["devicePlugin"]["enabled"] is False
+
+
+# --- the GPU operator's DRA install: no ClusterPolicy ----------------------------------------------
+
+def test_dra_without_a_cluster_policy_reports_the_driver_and_creates_none(api, tmp_path, gpu_names):
+    """The GPU operator installed for DRA only: ResourceSlices of gpu.nvidia.com, no
+    ClusterPolicy. doctor.yml reports the driver; gpu-stack.yml stops naming it and creates no
+    ClusterPolicy. (Last in this file: the ClusterPolicy is deleted and made again.)"""
+    custom = k8s.CustomObjectsApi(api)
+    saved = read_policy(api)
+    custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    target = gpu_names[0]
+    custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                        _slice("gpu-nvidia-dra", "gpu.nvidia.com", target))
+    try:
+        run, data = doctor(tmp_path)
+        assert run.returncode != 0
+        assert verdicts(data)[target] == "exposed" and "dra-driver" in checks_of(data, target)
+        assert [f["where"] for f in data["cluster_findings"]] == ["ResourceSlice/gpu-nvidia-dra"]
+        assert "gpu.nvidia.com" in data["cluster_findings"][0]["message"]
+
+        run = run_playbook("gpu-stack.yml")
+        assert run.returncode != 0
+        said = " ".join(run.stdout.split())
+        assert "has no ClusterPolicy" in said and "bcd creates none" in said
+        assert "The DRA driver gpu.nvidia.com hands out GPUs here (ResourceSlices gpu-nvidia-dra)" in said
+        assert custom.list_cluster_custom_object("nvidia.com", "v1", "clusterpolicies")["items"] == []
+    finally:
+        custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "gpu-nvidia-dra")
+        meta = saved["metadata"]
+        custom.create_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", {
+            "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+            "metadata": {k: meta[k] for k in ("name", "labels", "annotations") if meta.get(k)},
+            "spec": saved["spec"]}, field_manager="helm")

@@ -185,3 +185,61 @@ def test_table_lists_every_finding_and_its_fix():
     assert lines[1].split()[:2] == ["n1", EXPOSED]
     assert any("Node/n1" in line for line in lines) and any(line.strip().startswith("fix:") for line in lines)
     assert table([]) == ["(no node selected)"]
+
+
+# --- other device plugins, several ClusterPolicies -------------------------------------------------
+
+@pytest.mark.parametrize(("resource", "who"), [
+    ("volcano.sh/vgpu-number", "Volcano"), ("volcano.sh/vgpu-memory", "Volcano"),
+    ("nvidia.com/gpumem", "HAMi"), ("nvidia.com/gpucores", "HAMi"),
+    ("aliyun.com/gpu-mem", "Alibaba"), ("aliyun.com/gpu-count", "Alibaba"), ("tencent.com/vcuda-core", "Tencent"),
+])
+def test_other_device_plugins_gpu_resources_are_exposure(resource, who):
+    (f,) = node_allocatable_findings(node("n1", {"cpu": "8", resource: "4"}))
+    assert f["status"] == EXPOSED and f["check"] == "device-plugin" and f["resource"] == resource
+    assert f"{resource}=4" in f["message"] and who in f["message"]
+
+
+def test_the_operator_extends_the_list_and_zero_is_nothing():
+    n = node("n1", {"example.com/vgpu-slice": "2", "example.com/other": "1", "volcano.sh/vgpu-cores": "0",
+                    "amd.com/gpu": "1"})
+    assert node_allocatable_findings(n) == []
+    (f,) = node_allocatable_findings(n, ["example.com/vgpu-*"])
+    assert f["resource"] == "example.com/vgpu-slice" and "bcd_foreign_gpu_resources (example.com/vgpu-*)" in f["message"]
+
+
+def _aged(p, name, created, state=None):
+    p = copy.deepcopy(p)
+    p["metadata"] = {"name": name, "creationTimestamp": created}
+    if state:
+        p["status"] = {"state": state}
+    return p
+
+
+def test_several_cluster_policies_judged_by_the_one_the_operator_acts_on():
+    active = _aged(ISOLATED_POLICY, "cluster-policy", "2025-01-01T00:00:00Z", "ready")
+    ignored = _aged(DEFAULT_POLICY, "zz-second", "2025-06-01T00:00:00Z", "ignored")
+    out = combine(nodes=[node("n1")], slices=[], slice_api="v1", policies=[ignored, active], mode="gpu-operator",
+                  node_files={})
+    (n,) = out["nodes"]
+    assert n["verdict"] == ISOLATED and out["cluster_findings"] == []
+    assert any("ClusterPolicy/cluster-policy" in x and "ignores ClusterPolicy/zz-second" in x for x in n["notes"])
+    # the other way round: the one it acts on lets GPUs out, the ignored one would not
+    out = combine(nodes=[node("n1")], slices=[], slice_api="v1", mode="gpu-operator", node_files={},
+                  policies=[_aged(ISOLATED_POLICY, "zz-second", "2025-06-01T00:00:00Z", "ignored"),
+                            _aged(DEFAULT_POLICY, "cluster-policy", "2025-01-01T00:00:00Z")])
+    assert out["nodes"][0]["verdict"] == EXPOSED
+    assert {f["where"] for f in out["cluster_findings"]} == {"ClusterPolicy/cluster-policy"}
+    # without the operator's status (not reconciled yet): the oldest
+    out = combine(nodes=[node("n1")], slices=[], slice_api="v1", mode="gpu-operator", node_files={},
+                  policies=[_aged(DEFAULT_POLICY, "b", "2025-06-01T00:00:00Z"), _aged(ISOLATED_POLICY, "a", "2025-06-01T00:00:00Z")])
+    assert out["nodes"][0]["verdict"] == ISOLATED
+
+
+def test_dra_without_a_cluster_policy_reports_the_driver():
+    s = {"metadata": {"name": "gpu-nvidia-n1"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+                                                          "devices": [{"name": "gpu-0"}]}}
+    out = combine(nodes=[node("n1")], slices=[s], slice_api="v1", policies=[], mode="gpu-operator", node_files={})
+    (n,) = out["nodes"]
+    assert n["verdict"] == EXPOSED and {f["check"] for f in n["findings"]} == {"dra-driver", "no-evidence"}
+    assert "gpu.nvidia.com" in next(f["message"] for f in n["findings"] if f["check"] == "dra-driver")

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import VERSION_FILE
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     DEFAULT_TOOLKIT_CONFIG,
     EXPOSED,
@@ -28,9 +29,21 @@ RUNC_ONLY = """version = 2
 """
 
 
-def make_root(tmp_path: Path, files: dict[str, str], modes: dict[str, int] | None = None) -> str:
+# The containerd release a test root's node runs (its VERSION_FILE), as a collected root has it:
+# the tests below are about what the files say, read by one loader family (2.0-2.2).
+CONTAINERD = "containerd github.com/containerd/containerd/v2 v2.1.4 75cb2b7193e4e490e9fbdc236c0e811ccaba3376\n"
+CONTAINERD_17 = "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n"
+CONTAINERD_24 = "containerd github.com/containerd/containerd/v2 v2.4.2 0d3a8a1b6d04e0e0b2b8f3e2b6f5d1b8d5f1c0e2\n"
+
+
+def make_root(tmp_path: Path, files: dict[str, str], modes: dict[str, int] | None = None,
+              containerd: str | None = CONTAINERD) -> str:
+    """A node root holding ``files`` and, unless ``containerd`` is None, ``containerd --version``
+    output in its VERSION_FILE."""
     root = tmp_path / "root"
     root.mkdir(parents=True, exist_ok=True)
+    if containerd is not None:
+        (root / VERSION_FILE).write_text(containerd)
     for path, text in files.items():
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -47,13 +60,14 @@ def checks(result) -> set[str]:
 # --- containerd versions 1 to 4 ------------------------------------------------------------
 
 def test_containerd_v1_cri_runtimes_and_default_runtime(tmp_path):
+    """containerd 1.7 runs the deprecated default_runtime table as runtime ``default``."""
     root = make_root(tmp_path, {
         "/etc/containerd/config.toml": """
 [plugins.cri.containerd.default_runtime]
   runtime_type = "io.containerd.runtime.v1.linux"
   runtime_engine = "/usr/bin/nvidia-container-runtime"
 """,
-    })
+    }, containerd=CONTAINERD_17)
     r = verify_node_root(root)
     assert r["verdict"] == EXPOSED
     assert r["runtimes"][0]["name"] == "default_runtime"
@@ -61,11 +75,11 @@ def test_containerd_v1_cri_runtimes_and_default_runtime(tmp_path):
 
 
 def test_containerd_v1_plugins_linux_runtime_on_path(tmp_path):
-    """[plugins.linux] runtime names a binary looked up on $PATH."""
+    """[plugins.linux] runtime (containerd 1.7's v1 runtime) names a binary looked up on $PATH."""
     root = make_root(tmp_path, {
         "/etc/containerd/config.toml": '[plugins.linux]\n  runtime = "nvidia-container-runtime"\n',
         DEFAULT_TOOLKIT_CONFIG: SAFE,
-    })
+    }, containerd=CONTAINERD_17)
     r = verify_node_root(root)
     assert r["verdict"] == ISOLATED
     assert r["runtimes"][0]["binary"] == "/usr/bin/nvidia-container-runtime"
@@ -87,14 +101,23 @@ def test_containerd_v1_options_runtime(tmp_path):
 
 
 def test_containerd_v3_and_v4(tmp_path):
+    """Config version 4 is containerd 2.3's: 2.4 reads both."""
     for version, plugin in ((3, "io.containerd.cri.v1.runtime"), (4, "io.containerd.cri.v1.runtime")):
         root = make_root(tmp_path / str(version), {
             "/etc/containerd/config.toml": f"""version = {version}
 [plugins.'{plugin}'.containerd.runtimes.nvidia.options]
   BinaryName = '/usr/bin/nvidia-container-runtime'
 """,
-        })
+        }, containerd=CONTAINERD_24)
         assert verify_node_root(root)["verdict"] == EXPOSED
+
+
+def test_containerd_v4_is_refused_by_2_2(tmp_path):
+    root = make_root(tmp_path, {"/etc/containerd/config.toml": "version = 4\n"})
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and r["ready"] == "not-ready"
+    (f,) = r["findings"]
+    assert f["check"] == "containerd-refuses" and "equal to or less than `3`, got `4`" in f["message"]
 
 
 def test_runc_only_with_no_toolkit_is_isolated(tmp_path):
@@ -180,16 +203,36 @@ def test_template_computing_the_binary_is_unverifiable(tmp_path):
     assert r["verdict"] == UNVERIFIABLE and "templated" in checks(r)
 
 
-@pytest.mark.parametrize("dirname", ["config.toml.d", "config-v3.toml.d"])
-def test_rancher_dropin_dirs(tmp_path, dirname):
+@pytest.mark.parametrize(("version", "dirname"), [(2, "config.toml.d"), (3, "config-v3.toml.d")])
+def test_rancher_dropin_dirs(tmp_path, version, dirname):
+    """k3s and RKE2 write an import of the drop-in directory of their template's version into the
+    config.toml they generate (k3s PR #13680): that one is loaded, the other is not."""
+    d = "/var/lib/rancher/rke2/agent/etc/containerd"
+    other = "config-v3.toml.d" if dirname == "config.toml.d" else "config.toml.d"
+    section = "io.containerd.grpc.v1.cri" if version == 2 else "io.containerd.cri.v1.runtime"
+    nvidia = f'version = {version}\n[plugins."{section}".containerd.runtimes.nvidia.options]\n  BinaryName = "{{b}}"\n'
     root = make_root(tmp_path, {
-        "/var/lib/rancher/rke2/agent/etc/containerd/config.toml": RUNC_ONLY,
-        f"/var/lib/rancher/rke2/agent/etc/containerd/{dirname}/10-nvidia.toml":
-            V2_NVIDIA.format(binary="/usr/bin/nvidia-container-runtime"),
+        f"{d}/config.toml": f'version = {version}\nimports = ["{d}/{dirname}/*.toml"]\n'
+                            f'[plugins."{section}".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n',
+        f"{d}/{dirname}/10-nvidia.toml": nvidia.format(b="/usr/bin/nvidia-container-runtime"),
+        f"{d}/{other}/10-nvidia.toml": nvidia.format(b="/opt/other/nvidia-container-runtime"),
         DEFAULT_TOOLKIT_CONFIG: SAFE,
     })
     r = verify_node_root(root)
-    assert r["verdict"] == ISOLATED and len(r["runtimes"]) == 1
+    assert r["verdict"] == ISOLATED and [rt["binary"] for rt in r["runtimes"]] == ["/usr/bin/nvidia-container-runtime"]
+    assert f"{d}/{other}/10-nvidia.toml" in {i["file"] for i in r["ignored_files"]}
+
+
+def test_rancher_generated_config_without_imports_loads_no_dropin(tmp_path):
+    """An older k3s writes no imports: its drop-in directories are not loaded."""
+    d = "/var/lib/rancher/k3s/agent/etc/containerd"
+    root = make_root(tmp_path, {
+        f"{d}/config.toml": RUNC_ONLY,
+        f"{d}/config.toml.d/10-nvidia.toml": V2_NVIDIA.format(binary="/usr/bin/nvidia-container-runtime"),
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == ISOLATED and r["runtimes"] == []
+    assert "not imported" in {i["file"]: i["why"] for i in r["ignored_files"]}[f"{d}/config.toml.d/10-nvidia.toml"]
 
 
 # --- CRI-O -----------------------------------------------------------------------------------
@@ -412,4 +455,4 @@ def test_cdi_spec_notes(tmp_path):
         "/etc/containerd/config.toml": RUNC_ONLY,
         "/var/run/cdi/nvidia.yaml": "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n",
     })
-    assert verify_node_root(root2)["notes"] == []
+    assert not [n for n in verify_node_root(root2)["notes"] if "CDI" in n or "cdi" in n or "index" in n]

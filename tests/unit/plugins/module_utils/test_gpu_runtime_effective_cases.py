@@ -11,6 +11,7 @@ import filecmp
 from pathlib import Path
 
 import pytest
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import FAMILIES
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     EXPOSED,
     ISOLATED,
@@ -105,9 +106,11 @@ def test_13_the_unimported_dropin_is_not_read():
     assert r["files_read"] == ["/etc/containerd/config.toml", "/etc/containerd/conf.d/10-base.toml"]
 
 
-def test_15_the_runtime_in_effect_is_the_packages_one_under_both_merge_rules():
+def test_15_the_runtime_in_effect_is_the_packages_one_under_every_loader_family():
+    """Without the node's containerd version every loader family reads it: 1.7 replaces the CRI
+    section whole, 2.x merges key by key; 90-packages.toml's BinaryName wins under each."""
     r = verify_node_root(str(CASES / "15-containerd-imports-override"))
-    assert {c["rule"] for c in r["runtime_configs"]} == {"containerd 1.x", "containerd 2.x"}
+    assert [c["family"] for c in r["runtime_configs"]] == list(FAMILIES)
     for c in r["runtime_configs"]:
         assert c["files"] == ["/etc/containerd/config.toml", "/etc/containerd/conf.d/10-operator.toml",
                               "/etc/containerd/conf.d/90-packages.toml"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import FAMILIES
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     DEFAULT_TOOLKIT_CONFIG,
     EXPOSED,
@@ -15,7 +16,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
 )
 
 from tests.helpers import run_module
-from tests.unit.plugins.module_utils.test_gpu_isolation_node import make_root
+from tests.unit.plugins.module_utils.test_gpu_isolation_node import RUNC_ONLY, make_root
 
 SAFE = f"{KEY} = false\n"
 V2 = 'plugins."io.containerd.grpc.v1.cri"'
@@ -41,54 +42,73 @@ def test_imports_load_breadth_first_relative_to_the_importing_file(tmp_path):
                           "/etc/containerd/d/nested.toml"]
 
 
-def test_1x_replaces_the_plugin_section_2x_merges_key_by_key_worst_counts(tmp_path):
-    """A later file's CRI section without the nvidia runtime: gone under 1.x, kept under 2.x. A
-    version 2 configuration may run on either, so the runtime counts (exposed)."""
-    root = make_root(tmp_path, {
+# Each family's reading of these configurations is what the real releases answered (containerd
+# 1.7.35, 2.2.9, 2.3.4 and 2.4.2 booted on them, sandbox/containerd.py): (state, handlers).
+F17, F20, F23, F235 = FAMILIES
+SCENARIOS = {
+    # a later file's CRI section without the nvidia runtime: 1.7 replaces the section whole, 2.x
+    # merges key by key
+    "later-section": ({
         "/etc/containerd/config.toml": f'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
                                        f'[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
         "/etc/containerd/conf.d/50-runc.toml": f'version = 2\n[{V2}.containerd]\n  default_runtime_name = "runc"\n',
-    })
-    r = verify_node_root(root)
-    handlers = {c["rule"]: set(c["handlers"]) for c in r["runtime_configs"]}
-    assert handlers == {"containerd 1.x": set(), "containerd 2.x": {"nvidia"}}
-    assert r["verdict"] == EXPOSED
-    # and readiness takes the worst candidate too: under 1.x there is no nvidia handler
-    assert "runtime-handler" in {f["check"] for f in r["readiness"]}
-
-
-def test_version_3_is_containerd_2x_only_and_migrates_older_dropins(tmp_path):
-    root = make_root(tmp_path, {
+    }, {F17: ("serving", {"runc"}), F20: ("serving", {"nvidia", "runc"}), F23: ("serving", {"nvidia", "runc"}),
+        F235: ("serving", {"nvidia", "runc"})}),
+    # a version 3 root and an older drop-in: 2.x migrates it; 1.7 reads version 2 (the last file's)
+    # and the drop-in's runtimes table replaces runc, the default runtime
+    "older-dropin": ({
         "/etc/containerd/config.toml": "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n"
                                        "[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n",
         "/etc/containerd/conf.d/nv.toml": f'version = 2\n[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
-        DEFAULT_TOOLKIT_CONFIG: SAFE,
-    })
-    r = verify_node_root(root)
-    (c,) = r["runtime_configs"]
-    assert c["rule"] == "containerd 2.x" and c["handlers"]["nvidia"]["nvidia"] is True
-    assert c["default_runtime"] == "runc"
-
-
-def test_2x_refuses_a_dropin_of_a_higher_version(tmp_path):
-    root = make_root(tmp_path, {
+    }, {F17: ("failed", None), F20: ("serving", {"nvidia", "runc"}), F23: ("serving", {"nvidia", "runc"}),
+        F235: ("serving", {"nvidia", "runc"})}),
+    # a drop-in of a higher version than the root's: refused by 2.3.0-2.3.4 only among 2.x
+    "higher-dropin": ({
         "/etc/containerd/config.toml": 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
         "/etc/containerd/conf.d/v3.toml": f"version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
                                           f"  BinaryName = '{NV}'\n",
-    })
-    r = verify_node_root(root)
-    assert [c["rule"] for c in r["runtime_configs"]] == ["containerd 1.x"]
-    assert any("higher than the root's 2" in n for n in r["notes"])
-
-
-def test_unknown_version_is_judged_under_both_rules(tmp_path):
-    root = make_root(tmp_path, {
+    }, {F17: ("refused", None), F20: ("serving", {"nvidia", "runc"}), F23: ("refused", None),
+        F235: ("serving", {"nvidia", "runc"})}),
+    # a version no release reads
+    "version-7": ({
         "/etc/containerd/config.toml": f"version = 7\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
                                        f"  BinaryName = '{NV}'\n",
-    })
+    }, {F17: ("refused", None), F20: ("refused", None), F23: ("refused", None), F235: ("refused", None)}),
+}
+VERSIONS = {F17: "1.7.35", F20: "2.2.9", F23: "2.3.4", F235: "2.4.2"}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_each_family_reads_as_the_release_does(tmp_path, scenario):
+    files, expected = SCENARIOS[scenario]
+    root = make_root(tmp_path, files, containerd=None)
     r = verify_node_root(root)
-    assert r["verdict"] == EXPOSED and {c["rule"] for c in r["runtime_configs"]} == {"containerd 1.x", "containerd 2.x"}
-    assert any("config version 7" in n and "worst" in n for n in r["notes"])
+    got = {c["family"]: (c["state"], set(c["handlers"]) if c["serves_cri"] else None) for c in r["runtime_configs"]}
+    assert got == expected
+    # without the node's version every family is judged, the worst counts, and a note says so
+    assert any("version is unknown" in n and "worst verdict counts" in n for n in r["notes"])
+    for family, (state, handlers) in expected.items():
+        known = make_root(tmp_path / family, files,
+                          containerd=f"containerd github.com/containerd/containerd v{VERSIONS[family]} x\n")
+        one = verify_node_root(known)
+        assert [c["family"] for c in one["runtime_configs"]] == [family]
+        if state == "serving":
+            assert one["verdict"] == (EXPOSED if "nvidia" in handlers else ISOLATED)
+            assert one["ready"] == (NOT_READY if "nvidia" not in handlers else one["ready"])
+        else:
+            assert one["verdict"] == UNVERIFIABLE and one["ready"] == NOT_READY
+            checks = {f["check"] for f in one["findings"]}
+            assert checks == {"containerd-refuses" if state == "refused" else "cri-not-loaded"}
+
+
+def test_the_refusal_names_the_reason(tmp_path):
+    files, _ = SCENARIOS["higher-dropin"]
+    root = make_root(tmp_path, files, containerd="containerd github.com/containerd/containerd/v2 v2.3.2 x\n")
+    r = verify_node_root(root)
+    (f,) = r["findings"]
+    assert f["where"] == "/etc/containerd/conf.d/v3.toml"
+    assert "drop-in config version 3 higher than root config version 2" in f["message"]
+    assert next(x["check"] for x in r["readiness"] if x["status"] == NOT_READY) == "containerd-refuses"
 
 
 def test_disabled_cri_in_a_dropin_disables_it_for_the_whole_containerd(tmp_path):
@@ -269,3 +289,66 @@ def test_combine_gives_readiness_per_node(tmp_path):
     out = combine(nodes=nodes, slices=[], slice_api="v1", policies=[policy], mode="gpu-operator", node_files={},
                   cluster_readiness=[missing])
     assert {n["ready"] for n in out["nodes"]} == {NR}
+
+
+# --- containerd.service ------------------------------------------------------------------------
+
+BCM = "/cm/local/apps/containerd/var/etc/config.toml"
+
+
+def test_the_units_config_flag_is_followed(tmp_path):
+    """Base Command Manager starts containerd with another --config, set in a systemd drop-in;
+    /etc/containerd/config.toml is a runc-only leftover containerd never reads."""
+    root = make_root(tmp_path, {
+        "/etc/containerd/config.toml": f'version = 2\n[{V2}.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n',
+        "/lib/systemd/system/containerd.service": "[Service]\nExecStart=/usr/bin/containerd\n",
+        "/etc/systemd/system/containerd.service.d/10-cm.conf":
+            f"[Service]\nExecStart=\nExecStart=-/usr/bin/containerd \\\n  --config {BCM}\n",
+        BCM: f'version = 2\n[{V2}.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
+             f'[{V2}.containerd.runtimes.nvidia.options]\n  BinaryName = "{NV}"\n',
+        "/etc/cdi/nvidia.yaml": UUID_SPEC,
+    })
+    r = verify_node_root(root, runtime_paths={"files": ["/etc/containerd/config.toml"], "dirs": []})
+    assert r["verdict"] == EXPOSED and r["containerd_config"] == BCM
+    assert r["runtimes"][0]["file"] == BCM
+    assert "--config" in ignored(r)["/etc/containerd/config.toml"]
+    (f,) = [f for f in r["readiness"] if f["check"] == "runtime-config-not-mounted"]
+    assert BCM in f["message"] and BCM in f["fix"] and r["ready"] == NOT_READY
+    # mounted: no readiness finding about it
+    r = verify_node_root(root, runtime_paths={"files": [BCM], "dirs": []})
+    assert not [f for f in r["readiness"] if f["check"] == "runtime-config-not-mounted"]
+
+
+@pytest.mark.parametrize("exec_start", [
+    f"/usr/bin/containerd -c {BCM}", f"/usr/bin/containerd --config={BCM}", f"@/usr/bin/containerd containerd -c={BCM}",
+    f'/usr/local/bin/containerd --log-level debug --config "{BCM}"',
+])
+def test_config_flag_forms(tmp_path, exec_start):
+    root = make_root(tmp_path, {
+        "/etc/systemd/system/containerd.service": f"[Unit]\nDescription=x\n[Service]\nExecStart={exec_start}\n",
+        BCM: RUNC_ONLY,
+    })
+    assert verify_node_root(root)["containerd_config"] == BCM
+
+
+def test_a_config_flag_systemd_expands_is_unverifiable(tmp_path):
+    root = make_root(tmp_path, {
+        "/etc/systemd/system/containerd.service": "[Service]\nExecStart=/usr/bin/containerd --config ${CONF}\n",
+        "/etc/containerd/config.toml": RUNC_ONLY,
+    })
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and "expands at run time" in r["findings"][0]["message"]
+
+
+def test_a_missing_config_named_by_the_unit_is_unverifiable(tmp_path):
+    root = make_root(tmp_path, {"/etc/systemd/system/containerd.service": f"[Service]\nExecStart=/usr/bin/containerd -c {BCM}\n",
+                                "/etc/containerd/config.toml": RUNC_ONLY})
+    r = verify_node_root(root)
+    assert r["verdict"] == UNVERIFIABLE and r["findings"][0]["where"] == BCM
+
+
+def test_a_version_file_that_says_nothing_leaves_every_family(tmp_path):
+    root = make_root(tmp_path, {"/etc/containerd/config.toml": RUNC_ONLY}, containerd="not a version\n")
+    r = verify_node_root(root)
+    assert len(r["runtime_configs"]) == 4 and r["containerd_version"] is None
+    assert any("does not hold `containerd --version` output" in n for n in r["notes"])

@@ -40,9 +40,13 @@ KUBELET = {
 }
 RUNTIME = {
     "containerd": {"/etc/containerd/config.toml": ("/etc/containerd/config.toml", True, "File")},
-    "k3s": {"/var/lib/rancher/k3s/agent/etc/containerd/config.toml": ("/var/lib/rancher/k3s/agent/etc/containerd/config.toml", True, "File")},
-    "rke2": {"/var/lib/rancher/rke2/agent/etc/containerd/config.toml": ("/var/lib/rancher/rke2/agent/etc/containerd/config.toml", True, "File")},
-    "cri-o": {"/etc/crio/crio.conf": ("/etc/crio/crio.conf", True, "File"), "/etc/crio/crio.conf.d": ("/etc/crio/crio.conf.d", True, "Directory")},
+    # k3s and RKE2 with containerd 2.x import config-v3.toml.d; a drop-in directory may not exist yet
+    "k3s": {"/var/lib/rancher/k3s/agent/etc/containerd/config.toml": ("/var/lib/rancher/k3s/agent/etc/containerd/config.toml", True, "File"),
+            "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d": ("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d", True, "DirectoryOrCreate")},
+    "rke2": {"/var/lib/rancher/rke2/agent/etc/containerd/config.toml": ("/var/lib/rancher/rke2/agent/etc/containerd/config.toml", True, "File"),
+             "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d": ("/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d", True, "DirectoryOrCreate")},
+    "cri-o": {"/etc/crio/crio.conf": ("/etc/crio/crio.conf", True, "File"),
+              "/etc/crio/crio.conf.d": ("/etc/crio/crio.conf.d", True, "DirectoryOrCreate")},
 }
 TOOLKIT = {
     "gpu-operator": {"/usr/local/nvidia/toolkit/.config": ("/usr/local/nvidia/toolkit/.config", True, "Directory")},
@@ -99,7 +103,7 @@ def test_exact_host_mounts_for_custom_paths():
         "/etc/kubelet/pki": ("/etc/kubelet/pki", True, "Directory"),
         "/opt/kubelet/certs": ("/opt/kubelet/certs", True, "Directory"),
         "/etc/containerd/config.toml": ("/etc/containerd/config.toml", True, "File"),
-        "/etc/containerd/conf.d": ("/etc/containerd/conf.d", True, "Directory"),
+        "/etc/containerd/conf.d": ("/etc/containerd/conf.d", True, "DirectoryOrCreate"),
         "/opt/nvidia/toolkit/.config/nvidia-container-runtime/config.toml":
             ("/opt/nvidia/toolkit/.config/nvidia-container-runtime/config.toml", True, "File"),
     }

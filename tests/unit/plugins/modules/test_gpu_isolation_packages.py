@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import VERSION_FILE
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     KEY,
     VOLUME_KEY,
@@ -175,6 +176,8 @@ def test_operator_directory_config_is_fixed_too(tmp_path):
     """A runtime in the operator's toolkit directory with the key true (case 04), in packages mode."""
     root = tmp_path / "n"
     shutil.copytree(CASES / "04-containerd-v3-operator-key-true", root)
+    # a version 3 configuration is containerd 2.x's: the collected root says which release runs it
+    (root / VERSION_FILE).write_text("containerd github.com/containerd/containerd/v2 v2.1.4 x\n")
     inv = tmp_path / "hosts.yml"
     inv.write_text(json.dumps({
         "clusters": {"hosts": {"c": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
