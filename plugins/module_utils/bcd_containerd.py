@@ -726,10 +726,11 @@ def _dotted(path: tuple) -> str:
     return ".".join(p if re.fullmatch(r"[A-Za-z0-9_-]+", p) else '"' + p + '"' for p in path)
 
 
-def _leaves(obj, path=()):
+def leaves(obj, path=()):
+    """``(path, value)`` for each leaf of a TOML document (a path is a tuple of keys)."""
     if isinstance(obj, dict) and obj:
         for k, v in obj.items():
-            yield from _leaves(v, (*path, str(k)))
+            yield from leaves(v, (*path, str(k)))
     else:
         yield path, obj
 
@@ -754,7 +755,7 @@ def scan_doc(out: Outcome) -> tuple[dict, dict, dict]:
     else:
         doc = {"plugins": {name: {"containerd": {"runtimes": copy.deepcopy(out.runtime_tables)}}}}
     origin, keys = {}, {}
-    for path, _value in _leaves(doc):
+    for path, _value in leaves(doc):
         if len(path) < 3:
             continue
         sec, rest = path[1], path[2:]

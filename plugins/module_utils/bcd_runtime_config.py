@@ -77,16 +77,8 @@ def _empty(value) -> bool:
     return value is None or value == "" or value == [] or value == {} or (isinstance(value, (int, float)) and value == 0)
 
 
-def _leaves(obj, path=()):
-    if isinstance(obj, dict) and obj:
-        for k, v in obj.items():
-            yield from _leaves(v, (*path, str(k)))
-    else:
-        yield path, obj
-
-
 def _mark(origin: dict, path: tuple, value, file: str) -> None:
-    for leaf, _ in _leaves(value, path):
+    for leaf, _ in cd.leaves(value, path):
         origin[leaf] = file
 
 
