@@ -556,11 +556,11 @@ def _validate(out: Outcome, fs) -> Outcome:
             bad = [p for p in out.disabled if not _uri_ok_17(p)] + [p for p in out.plugins if not _uri_ok_17(p)]
             if bad:
                 return out.refuse(last, f"invalid plugin URI {bad[0]!r} in a version 2 configuration "
-                                            "(expect io.containerd.x.vx)")
+                                        "(expect io.containerd.x.vx)")
     else:
         if out.version > CONFIG_VERSION[family]:
             return out.refuse(last, f"expected containerd config version equal to or less than "
-                                        f"`{CONFIG_VERSION[family]}`, got `{out.version}`")
+                                    f"`{CONFIG_VERSION[family]}`, got `{out.version}`")
         bad = [p for p in out.disabled if "." not in p]
         if bad:
             return out.refuse(last, f"invalid disabled plugin URI {bad[0]!r} expect io.containerd.x.vx")

@@ -376,8 +376,8 @@ class Loader:
         # name (k3s PR #13680): config-v3.toml.d for version 3, config.toml.d for version 2. A
         # version 3 template means a k3s whose containerd is 2.x.
         generated_doc = self._doc(generated) if self.fs.isfile(generated) else None
-        v3 = (template == templates[0]) or (template is None and isinstance(generated_doc, dict)
-                                           and generated_doc.get("version") == 3)
+        v3 = (template == templates[0]) or (
+            template is None and isinstance(generated_doc, dict) and generated_doc.get("version") == 3)
         dropdir = f"{directory}/{RANCHER_DROPIN_DIRS[1] if v3 else RANCHER_DROPIN_DIRS[0]}"
         other_dir = f"{directory}/{RANCHER_DROPIN_DIRS[0] if v3 else RANCHER_DROPIN_DIRS[1]}"
         families = [f for f in self.families if f != cd.F17] if v3 else self.families
@@ -387,7 +387,7 @@ class Loader:
             families = self.families
         for f in self._dropins(other_dir):
             self.eff.ignore(f, f"{distro}'s {'version 3' if v3 else 'version 2'} configuration imports "
-                               f"{dropdir}/*.toml, not {other_dir}")
+                            f"{dropdir}/*.toml, not {other_dir}")
         default = self.rancher_default_runtime(distro)
         if self.fs.isfile(generated):
             self.eff.configs.extend(self.containerd(distro, generated, default_runtime=default, families=families))
