@@ -211,6 +211,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import 
     scheduling,
     slim_node_taints,
     take_over,
+    unfit,
 )
 
 PLURAL = {"ConfigMap": "configmaps", "DaemonSet": "daemonsets", "Namespace": "namespaces"}
@@ -243,6 +244,10 @@ def _node_loss(api, current: dict, want: dict) -> list[dict]:
     pods = api.list(path("pods", namespace=current["metadata"]["namespace"]), {"labelSelector": selector(labels) or None},
                     keep=slim_pod)
     nodes = {n["metadata"]["name"]: n for n in api.list(path("nodes"), keep=slim_node_taints)}
+    want_t = (want.get("spec") or {}).get("template") or {}
+    if all(unfit(want_t, n) for n in nodes.values()):
+        # a render no Node fits: the preflight refuses it by its more precise name ("selects no Node")
+        return []
     return node_loss(current, want, pods, nodes)
 
 
