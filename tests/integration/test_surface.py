@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import xmlschema
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import ROOT, recap, run_playbook
+from tests.integration.test_audit import audit
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
@@ -55,12 +55,6 @@ def settle(sandbox) -> None:
     sandbox.kubectl("rollout", "status", "daemonset/bcd", "-n", NS, "--timeout=240s", timeout=260)
 
 
-def audit(tmp_path: Path, *extra: str) -> tuple:
-    report, junit, metrics = tmp_path / "audit.json", tmp_path / "audit.xml", tmp_path / "bcd_audit.prom"
-    run = run_playbook("audit.yml", "-e", f"bcd_report_out={report}", "-e", f"bcd_junit_out={junit}",
-                       "-e", f"bcd_metrics_out={metrics}", *extra)
-    assert report.exists(), run.stdout[-3000:]
-    return run, json.loads(report.read_text()), junit.read_text(), metrics.read_text()
 
 
 def results(report: dict) -> dict[tuple[str, str], dict]:
