@@ -71,6 +71,7 @@ def test_two_new_nodes_join_with_a_token_for_exactly_two_then_it_is_revoked(sand
     assert not leaked, "the API key leaked"
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_a_spent_token_fails_within_seconds_naming_the_refused_node(sandbox, cp, cpvars):
     """Two new Nodes and a token for one: one joins, the other's join is refused (TokenExhausted).
     The run fails at once naming that Node and the reason, and the token is revoked, the Secret

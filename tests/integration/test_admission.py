@@ -182,6 +182,7 @@ def test_a_quota_of_zero_pods_is_refused_in_the_preflight_in_check_mode_too(sand
                                 "tokens minted": len(world.tokens()) - before})
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_a_quota_added_after_the_preflight_fails_the_wait_within_seconds(sandbox, world, reliability):
     """The issue's run: the quota of 0 pods comes after the preflight (while the token is minted),
     so the DaemonSet's pods are refused at creation. The wait fails within seconds quoting the
@@ -227,6 +228,7 @@ def test_a_quota_added_after_the_preflight_fails_the_wait_within_seconds(sandbox
         sandbox.kubectl("delete", "daemonset", "-n", NS, "bcd", "--ignore-not-found", "--wait=true")
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_a_full_quota_the_fleet_fits_in_passes_adopt_and_a_rollout(sandbox, world, reliability):
     """A quota exactly as large as the fleet (3 pods on 3 Nodes): adopt's dry run counts one pod
     more than there will be, but the pods a rollout replaces leave room for theirs; the rollout's

@@ -378,6 +378,7 @@ def test_an_unreachable_gpu_node_is_unverifiable(tmp_path, gpu_names):
     assert node["verdict"] == "unverifiable" and node["findings"][0]["check"] == "node-files"
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     """Packages mode end to end: nvidia-ctk on each gpu_nodes host (folders), then the gate passes
     on node files read on the nodes; a node without access is unverifiable."""

@@ -66,6 +66,7 @@ def _lease(sandbox, holder: str, seconds: int) -> None:
     sandbox.kubectl("create", "-f", "-", input=json.dumps(doc))
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_a_lock_another_run_holds_is_waited_for_with_progress(sandbox):
     """Another live run holds the lock; adopt-cluster.yml (with a change to make) waits for it up
     to bcd_lock_ttl (30 s here), saying so at least every 30 s, then refuses naming the holder."""

@@ -184,6 +184,7 @@ def test_a_pod_that_turns_ready_then_crashes_fails_the_canary_soak_and_is_rolled
     assert ds["spec"]["minReadySeconds"] == 5, "the render's soak (the sandbox inventory's) is the DaemonSet's"
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_without_rollback_a_failed_canary_stays_and_the_next_run_refuses_until_forced(sandbox, cp, cpvars, tmp_path):
     nodes = gpu_nodes(sandbox)
     report = tmp_path / "failed.json"

@@ -65,6 +65,7 @@ def failed(report: dict) -> set[tuple[str, str]]:
     return {k for k, r in results(report).items() if not r["ok"]}
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_rollout_restart_is_no_drift_an_allowed_path_passes_with_a_note_and_own_labels_warn(sandbox, tmp_path):
     sandbox.kubectl("rollout", "restart", "daemonset/bcd", "-n", NS)
     patch(sandbox, "team-tooling", {"spec": {"template": {"metadata": {"annotations": {TEAM: "gpu"}}}}})

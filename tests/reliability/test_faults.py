@@ -46,6 +46,7 @@ def assert_clean_and_joined(world: World) -> None:
     assert world.clean(), world.state()
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_bursts_of_503_and_429_are_retried_with_backoff_and_retry_after(ready, runner, reliability):
     """503 on discovery, 429 (Retry-After 2) on the mint, 503 on the node wait, 429 (Retry-After
     1) on the revoke: the run succeeds, mints one token, and each retry waits as told."""
@@ -91,6 +92,7 @@ def test_bursts_of_503_and_429_are_retried_with_backoff_and_retry_after(ready, r
     })
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_control_plane_down_for_a_while_is_waited_out(ready, runner, reliability):
     """The control plane stops answering (connections reset) for 15 s just before the mint."""
     world = ready

@@ -176,6 +176,7 @@ def test_adopt_cluster_under_ansible_runner_with_a_vaulted_key(ready, tmp_path, 
     reliability.result = "adopted, one token minted and revoked; no secret in any artifact; warnings in event_data.res.warnings"
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_rollout_with_a_failing_canary_under_ansible_runner(ready_any_image, tmp_path, reliability, sandbox):
     world = ready_any_image
     reliability.describe("Secrets", "rollout.yml under ansible-runner to a digest whose canary never gets Ready "

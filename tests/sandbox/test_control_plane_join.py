@@ -353,6 +353,7 @@ def test_max_uses_one_short_leaves_one_node_unjoined(env, ns):
     assert got["uses"] == got["maxUses"] == n - 1
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_refusal_of_a_known_node_shows_as_a_condition_and_offline(env, ns):
     n = len(env.gpu)
     token = env.token(n)

@@ -76,6 +76,7 @@ class RolloutSeen(threading.Thread):
                     w.stop()
 
 
+@pytest.mark.long  # slow: make test-long keeps make test within its budget
 @pytest.mark.usefixtures("adopted")
 def test_the_daemonset_wait_lists_once_and_returns_as_the_rollout_completes(sandbox, cpvars):
     _unavailable_one_pod(sandbox)
