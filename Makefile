@@ -37,6 +37,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 	scripts/sanity.sh
 
 test-unit: setup
