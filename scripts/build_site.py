@@ -95,6 +95,64 @@ def linkify(text: str, targets: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def gh_slug(title: str) -> str:
+    """A heading's anchor as GitHub (and MyST's myst_heading_anchors) make it."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def relink(text: str, source: Path, readme_anchors: dict[str, str], modules: list[str]) -> str:
+    """Point the markdown links of a guide written in the repository at the site's pages.
+
+    source is where the text lives in the repository (README.md, docs/NAME.md); the guide's page
+    is guides/<page>.md. A link to a file the site has no page for keeps its words and names the
+    file; a link to another site or an anchor of the same page is left as it is.
+    """
+    def target(m: re.Match) -> str:
+        words, dest = m.group(1), m.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", dest) or (dest.startswith("#") and source.name != "README.md"):
+            return m.group(0)
+        path, _, anchor = dest.partition("#")
+        rel = os.path.normpath(os.path.join(source.parent.relative_to(ROOT), path)) if path else "README.md"
+        page = None
+        if rel == "README.md":
+            page = readme_anchors.get(anchor, "overview.md")
+        elif re.fullmatch(r"docs/[^/]+\.md", rel) and (ROOT / rel).exists():
+            page = rel.removeprefix("docs/")
+        elif (m2 := re.fullmatch(r"playbooks/(\w+)\.yml", rel)) and (ROOT / rel).exists():
+            page = f"../playbooks/{m2.group(1)}.md"
+        elif (m2 := re.fullmatch(r"plugins/modules/(\w+)\.py", rel)) and m2.group(1) in modules:
+            page = f"../{m2.group(1)}_module.rst"
+        elif (m2 := re.fullmatch(r"roles/(\w+)(/.*)?", rel)) and (ROOT / "roles" / m2.group(1) / "meta" / "argument_specs.yml").exists():
+            page = f"../{m2.group(1)}_role.rst"
+        elif rel == "CHANGELOG.rst" or rel.startswith("changelogs"):
+            page = "../changelog.rst"
+        if page is None:
+            return words if f"`{rel}`" in words else f"{words} (`{rel}`)"
+        if anchor and page.endswith(".md") and "#" not in page:
+            page += f"#{anchor}"
+        return f"[{words}]({page})"
+
+    def figure(m: re.Match) -> str:  # a figure of the repository is copied next to the guides
+        dest = m.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", dest):
+            return m.group(0)
+        rel = os.path.normpath(os.path.join(source.parent.relative_to(ROOT), dest))
+        if not (ROOT / rel).is_file():
+            return m.group(0)  # Sphinx names the missing image
+        name = rel.replace("/", "_")
+        (SRC / "guides" / "figures").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, SRC / "guides" / "figures" / name)
+        return f"![{m.group(1)}](figures/{name})"
+
+    out = []
+    for line, in_fence in outside_fences(text.splitlines()):
+        if not in_fence:
+            line = re.sub(r"!\[([^\]\n]*)\]\(([^)\s]+)\)", figure, line)
+            line = re.sub(r"(?<!!)\[([^\]\n]+)\]\(([^)\s]+)\)", target, line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 # --- guides: the README's sections and docs/*.md ----------------------------------------------
 
 def readme_sections() -> list[tuple[str, str]]:
@@ -107,6 +165,17 @@ def readme_sections() -> list[tuple[str, str]]:
             line = line[1:]
         sections[-1][1].append(line)
     return [(title, "\n".join(lines).strip() + "\n") for title, lines in sections if "".join(lines).strip()]
+
+
+def readme_anchors(sections: list[tuple[str, str]]) -> dict[str, str]:
+    """The anchor of each README heading -> the guide page that holds it, with the anchor."""
+    anchors = {}
+    for title, text in sections:
+        page = f"{slug(title)}.md"
+        for line, in_fence in outside_fences(text.splitlines()):
+            if not in_fence and (m := re.match(r"^#{1,6} (.+)$", line)):
+                anchors[gh_slug(m.group(1))] = f"{page}#{gh_slug(m.group(1))}"
+    return anchors
 
 
 # --- playbooks: a page from each header comment ------------------------------------------------
@@ -240,17 +309,19 @@ def main() -> int:
     playbooks = playbook_pages(modules)
     guides: list[tuple[str, str]] = []  # (page, title)
     texts: dict[str, str] = {}
-    for title, text in readme_sections():
+    sections = readme_sections()
+    anchors = readme_anchors(sections)
+    for title, text in sections:
         page = slug(title)
         guides.append((page, title))
-        texts[page] = text
+        texts[page] = relink(text, ROOT / "README.md", anchors, modules)
     for path in sorted((ROOT / "docs").glob("*.md")):
         text = path.read_text()
         title = re.search(r"^# (.+)$", text, flags=re.M)
         guides.append((path.stem, title.group(1) if title else path.stem))
-        texts[path.stem] = text
+        texts[path.stem] = relink(text, path, anchors, modules)
     targets = link_targets([p.stem for p in (ROOT / "docs").glob("*.md")], playbook_roots(), modules)
-    (SRC / "guides").mkdir()
+    (SRC / "guides").mkdir(exist_ok=True)
     for page, text in texts.items():
         (SRC / "guides" / f"{page}.md").write_text(linkify(text, targets))
     (SRC / "playbooks").mkdir()
