@@ -54,19 +54,19 @@ class Browser:
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
 
-        def on_fds_3_and_4():  # in the child, before exec
-            r = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD_CLOEXEC, 10)
-            w = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD_CLOEXEC, 10)
-            os.dup2(r, 3)
-            os.dup2(w, 4)
-
-        self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [chromium, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self._profile.name}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-            preexec_fn=on_fds_3_and_4, close_fds=False)  # our fds are close-on-exec but 3 and 4
+        # the ends chromium gets, moved above 4 so that putting them on 3 and 4 clobbers neither
+        r, w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chrome_r, from_chrome_w))
         os.close(to_chrome_r)
         os.close(from_chrome_w)
+        self._log = tempfile.TemporaryFile()
+        # bash puts the pipe ends on fds 3 and 4 for chromium (no preexec_fn: the test's HTTP
+        # server runs in a thread, and forking with threads must not run Python in the child)
+        self.proc = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-', chromium, *FLAGS, "--remote-debugging-pipe",
+             f"--user-data-dir={self._profile.name}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, pass_fds=(r, w))
+        os.close(r)
+        os.close(w)
         self._buf = b""
         self._id = 0
         self.events: list[dict] = []
