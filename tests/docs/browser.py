@@ -30,7 +30,7 @@ def find_or_install_chromium() -> tuple[str | None, str]:
     if not shutil.which("apt-get"):
         return None, "chromium is not installed and there is no apt-get to install it"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
+    install = ["apt-get", "install", "-y", "-q", "chromium"]  # as tested: with its recommended fonts
     if subprocess.run(install, env=env, capture_output=True).returncode != 0:
         # an old or empty package list: fetch it once, then try again
         subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
