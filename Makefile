@@ -12,7 +12,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 
 COLLECTION_TARBALL = bcd-kubernetes-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
 
-.PHONY: setup build ee-context lint test test-unit test-sandbox test-molecule test-kind test-long demo sandbox \
+.PHONY: setup build docs ee-context lint test test-unit test-sandbox test-molecule test-kind test-long demo sandbox \
         sandbox-down sandbox-status sandbox-build bench clean kind kind-down kind-status
 
 # The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
@@ -37,6 +37,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 	scripts/sanity.sh
 
 test-unit: setup
@@ -78,10 +79,16 @@ test-kind: setup
 	  echo "make test: SKIPPED molecule scenario kind: $$reason" | tee $(KIND_NOTE); \
 	fi
 
-test: lint test-unit test-sandbox test-molecule test-kind
+test: lint docs test-unit test-sandbox test-molecule test-kind
 
 test-long: setup
 	$(BIN)/pytest -m long
+
+# the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
+# roles and changelog, a page per playbook, the guides (README, docs/*.md), rendered by Sphinx.
+# tests/docs/test_site.py opens it in headless Chromium.
+docs: setup
+	$(BIN)/python scripts/build_site.py
 
 # the collection tarball, as `ansible-galaxy collection install` takes it
 build: setup

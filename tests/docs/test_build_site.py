@@ -1,0 +1,48 @@
+"""scripts/build_site.py's own rewriting: the guides' links and the playbooks' header comments."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from tests.helpers import ROOT
+
+_spec = importlib.util.spec_from_file_location("build_site", ROOT / "scripts" / "build_site.py")
+build_site = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_site)
+
+
+def test_readme_links_point_at_the_site_pages():
+    anchors = build_site.readme_anchors(build_site.readme_sections())
+    text = ("[a](docs/gpu-isolation.md#sources) [b](#using-it-on-your-cluster) [c](playbooks/rollout.yml) "
+            "[d](plugins/modules/bcd_rollout.py) [e](roles/bcd_daemonset/tasks/main.yml) [f](CHANGELOG.rst) "
+            "[g](https://example.com/x) [h](sandbox/kind/README.md)\n```\n[i](docs/gpu-isolation.md)\n```\n")
+    out = build_site.relink(text, ROOT / "README.md", anchors, ["bcd_rollout"])
+    assert "[a](gpu-isolation.md#sources)" in out
+    assert "[b](using-it-on-your-cluster.md#using-it-on-your-cluster)" in out
+    assert "[c](../playbooks/rollout.md)" in out
+    assert "[d](../bcd_rollout_module.rst)" in out
+    assert "[e](../bcd_daemonset_role.rst)" in out
+    assert "[f](../changelog.rst)" in out
+    assert "[g](https://example.com/x)" in out
+    assert "h (`sandbox/kind/README.md`)" in out  # no page: the words and the file, no dead link
+    assert "[i](docs/gpu-isolation.md)" in out  # code is left alone
+
+
+def test_docs_links_back_into_the_readme_find_the_section_page():
+    sections = build_site.readme_sections()
+    anchors = build_site.readme_anchors(sections)
+    title = next(t for t, _ in sections if t.startswith("Rollouts"))
+    anchor = build_site.gh_slug(title)
+    out = build_site.relink(f"[r](../README.md#{anchor}) [s](reliability.md)", ROOT / "docs" / "x.md", anchors, [])
+    assert f"[r]({build_site.slug(title)}.md#{anchor})" in out
+    assert "[s](reliability.md)" in out
+
+
+def test_a_header_comment_keeps_its_commands_as_code_and_escapes_markup():
+    lines = ["Do a thing. Each host in `clusters` is a cluster.", "",
+             "  ansible-playbook x.yml [-i inventories/<yours>]", "      more of the command",
+             "", "1. First <step>,", "   continued *here*."]
+    out = build_site.comment_to_markdown(lines)
+    assert "```shell\nansible-playbook x.yml [-i inventories/<yours>]\n    more of the command\n```" in out
+    assert "`clusters`" in out
+    assert r"1. First \<step\>," in out and r"continued \*here\*." in out
