@@ -307,3 +307,19 @@ def test_without_the_runtime_the_files_are_the_source(tmp_path):
     assert out["source"] == "files" and out["verdict"] == node["verdict"]
     assert readiness(out, "nvidia") == readiness(node, "nvidia")
     assert ready_of([]) == READY
+
+
+def test_the_module_answers_on_this_machine_in_check_mode_too():
+    from tests.helpers import run_module
+
+    for check in (False, True):
+        code, out = run_module("bcd_runtime_info", {}, check_mode=check)
+        assert code == 0 and out["changed"] is False, out
+        live = out["runtime"]
+        assert set(live) == {"runtimes", "notes", "findings"}
+        # each runtime found here was asked, or says why not; none found is a note
+        for r in live["runtimes"]:
+            assert r["files"] is not None or r["files_error"]
+            assert r["running"] is not None or r["running_error"]
+        if not live["runtimes"]:
+            assert "no containerd or CRI-O process" in live["notes"][0]
