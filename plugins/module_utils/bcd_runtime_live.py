@@ -288,9 +288,17 @@ class Probe:
             pids = sorted(int(p) for p in os.listdir(self.proc) if p.isdigit())
         except OSError:
             return out
+        own = self._pid_ns("self")
+        elsewhere = []
         for pid in pids:
             comm = (_read(f"{self.proc}/{pid}/comm") or "").strip()
             if comm not in ("containerd", "crio"):
+                continue
+            # a runtime inside a container on this machine (kind, Docker-in-Docker: its own PID namespace;
+            # a systemd service shares the host's) is not the node's
+            ns = self._pid_ns(pid)
+            if own and ns and ns != own:
+                elsewhere.append(f"{comm} (pid {pid})")
                 continue
             raw = _read(f"{self.proc}/{pid}/cmdline") or ""
             argv = [a for a in raw.split("\0") if a]
@@ -301,7 +309,16 @@ class Probe:
             except OSError:
                 exe = None
             out.append({"pid": pid, "comm": comm, "argv": argv, "exe": exe, "started": self.start_time(pid)})
+        if elsewhere:
+            self.notes.append(f"{', '.join(elsewhere)} run in another PID namespace (a container on this node), "
+                              "so they are not the node's runtime and were not asked")
         return out
+
+    def _pid_ns(self, pid) -> str | None:
+        try:
+            return os.readlink(f"{self.proc}/{pid}/ns/pid")
+        except OSError:
+            return None
 
     def start_time(self, pid: int) -> float | None:
         """When the process started (epoch seconds): its ``stat`` starttime after ``btime``."""

@@ -323,3 +323,19 @@ def test_the_module_answers_on_this_machine_in_check_mode_too():
             assert r["running"] is not None or r["running_error"]
         if not live["runtimes"]:
             assert "no containerd or CRI-O process" in live["notes"][0]
+
+
+def test_a_runtime_in_a_container_of_the_node_is_not_the_nodes(tmp_path):
+    # kind nodes and Docker-in-Docker run containerd in a PID namespace of their own
+    proc = fake_proc(tmp_path, binary("2.4.2"), ["containerd"])
+    (proc / "self/ns").mkdir(parents=True)
+    (proc / "self/ns/pid").symlink_to("pid:[4026531836]")
+    (proc / "4242/ns").mkdir()
+    (proc / "4242/ns/pid").symlink_to("pid:[4026532999]")
+    live = Probe(runner(None), str(proc)).run_all()
+    assert live["runtimes"] == []
+    assert "containerd (pid 4242) run in another PID namespace" in live["notes"][0]
+    # the same namespace: asked
+    (proc / "4242/ns/pid").unlink()
+    (proc / "4242/ns/pid").symlink_to("pid:[4026531836]")
+    assert [r["pid"] for r in Probe(runner(None), str(proc)).run_all()["runtimes"]] == [4242]
