@@ -73,8 +73,8 @@ runtime:
         argv: {description: Its command line., type: list, elements: str}
         binary: {description: The binary asked (from C(/proc/<pid>/exe)); null when it cannot be found., type: str}
         version: {description: "Its C(--version) output, or null.", type: str}
-        started: {description: When it started (UTC, ISO 8601)., type: str}
-        started_epoch: {description: The same, seconds since the epoch., type: float}
+        started: {description: "When it started, in UTC (ISO 8601).", type: str}
+        started_epoch: {description: "The same, in seconds since the epoch.", type: float}
         config: {description: The configuration file it runs with., type: str}
         config_from: {description: "C(--config) (its command line) or C(default).", type: str}
         address: {description: The CRI socket asked., type: str}
