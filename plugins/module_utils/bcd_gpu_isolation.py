@@ -1038,6 +1038,13 @@ def verify_node_root(
 
 READY = "ready"
 NOT_READY = "not-ready"
+# Where a node's verdict comes from (the report's "source"): the running runtime's own answer
+# (it disagreed with the files, and wins), the node's files, both (they agree), or, for a node
+# whose files were not read, the cluster's objects only.
+SOURCE_RUNTIME = "runtime"
+SOURCE_FILES = "files"
+SOURCE_BOTH = "both"
+SOURCE_CLUSTER = "cluster"
 UNKNOWN = "unknown"
 READINESS = (READY, NOT_READY, UNKNOWN)
 
@@ -1110,6 +1117,26 @@ def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -
                     f"point runtime {handler!r} at nvidia-container-runtime (nvidia-ctk runtime configure), or set "
                     "bcd_nvidia_runtime_class to a RuntimeClass that runs it",
                 ))
+    running = (node.get("live") or {}).get("running_handlers")
+    if handler and running is not None:
+        # the runtime's own answer (bcd_runtime_info): what the daemon runs now, whatever its files say
+        h = running.get(handler)
+        if h is None:
+            by = sorted({v["by"] for v in running.values()})
+            out.append(finding(
+                NOT_READY, "runtime-handler-not-running", "/",
+                f"the running runtime ({'; '.join(by)}) has no handler {handler!r} (it runs "
+                f"{', '.join(sorted(running))}), so bcd's pod cannot start here until it is restarted with one.",
+                f"define runtime {handler!r} in the files it loads and restart it (systemctl restart containerd), or set "
+                "bcd_nvidia_runtime_class to a RuntimeClass whose handler it runs",
+            ))
+        elif not (h.get("binary") and is_nvidia_runtime(h["binary"])):
+            out.append(finding(
+                NOT_READY, "runtime-handler-not-nvidia", "/",
+                f"the running runtime ({h['by']}) runs handler {handler!r} with {h.get('binary') or 'runc (no BinaryName)'}, "
+                "not the NVIDIA container runtime, so bcd's pod gets no GPU driver libraries.",
+                f"point runtime {handler!r} at nvidia-container-runtime and restart the runtime",
+            ))
     specs = node.get("cdi_specs")
     if specs is not None:
         if not specs:
@@ -1372,6 +1399,7 @@ def combine(
             notes.extend(node_level.get("notes") or [])
             source = files.get("source", "node files")
             ready.extend(readiness(node_level, handler, gpu_api))
+            judged_from = node_level.get("source") or SOURCE_FILES
         else:
             ready.append(finding(
                 UNKNOWN, "node-files", name,
@@ -1383,6 +1411,7 @@ def combine(
         if files is not None and "result" in files:
             pass
         elif files is not None:
+            judged_from = SOURCE_CLUSTER
             source = files.get("source", "node files")
             findings.append(finding(
                 UNVERIFIABLE, "node-files", name,
@@ -1391,6 +1420,7 @@ def combine(
             ))
         else:
             source = "not read"
+            judged_from = SOURCE_CLUSTER
             if operator_mode:
                 if not policies:
                     findings.append(finding(
@@ -1428,6 +1458,7 @@ def combine(
             "findings": findings,
             "readiness": ready,
             "node_files": source,
+            "source": judged_from,
             "notes": notes,
         })
     return {
@@ -1456,9 +1487,10 @@ def table(nodes: list[dict]) -> list[str]:
     if not nodes:
         return ["(no node selected)"]
     width = max(len("NODE"), *(len(n["name"]) for n in nodes))
-    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  {'READY':<9}  NODE FILES"]
+    lines = [f"{'NODE':<{width}}  {'VERDICT':<12}  {'READY':<9}  {'SOURCE':<7}  NODE FILES"]
     for n in nodes:
-        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('ready') or UNKNOWN:<9}  {n.get('node_files', '')}")
+        lines.append(f"{n['name']:<{width}}  {n['verdict']:<12}  {n.get('ready') or UNKNOWN:<9}  "
+                     f"{n.get('source') or SOURCE_FILES:<7}  {n.get('node_files', '')}")
         for f in [*n["findings"], *(n.get("readiness") or [])]:
             lines.append(f"  - [{f['status']}] {f['where']}: {f['message']}")
             lines.append(f"      fix: {f['fix']}")

@@ -87,6 +87,16 @@ description:
     specs generated with C(--device-name-strategy=uuid)); with C(bcd_gpu_api=dra),
     C(/var/lib/kubelet/plugins_registry) exists. A node whose files were not read is C(unknown). The
     gate fails on C(not-ready) as on C(exposed) (C(bcd_gpu_isolation_enforce))."
+  - "The running runtime, in O(scope=cluster): for a node whose O(node_results) item carries C(runtime)
+    (module M(bcd.kubernetes.bcd_runtime_info) on the node: the running containerd's C(--config), release,
+    C(config dump) and C(crictl info) or start-up log; CRI-O's C(crio status config)), every disagreement with
+    the file judge is a finding naming both sides, and the runtime's answer wins - C(runtime-not-restarted)
+    (what runs differs from what the files say now; C(unverifiable)), C(runtime-disagrees) (containerd's own
+    C(config dump) differs from the file judge's reading; C(unverifiable)), C(runtime-config-path) (the process
+    runs with a C(--config) other than C(containerd.service)'s; C(unverifiable)), C(runtime-handler-not-running)
+    and C(runtime-handler-not-nvidia) (readiness, C(not-ready)), C(runtime-config-not-mounted) (a C(--config)
+    outside C(bcd_container_runtime), naming the files that fix it). Each node's C(source) says where its
+    verdict comes from - C(both), C(runtime), C(files) or C(cluster)."
   - "O(scope=settings): validates the GPU-isolation variables only and returns them normalised, for
     the role's own tasks."
   - Needs Python 3.11 (C(tomllib)) or the C(tomli) package on a node for O(scope=node); O(scope=cluster)
@@ -131,6 +141,9 @@ options:
       - O(scope=cluster) only. The registered loop results of O(scope=node) runs on the C(gpu_nodes)
         hosts; each item's C(item.node) names the Node when the run failed or was unreachable (that
         node is then C(unverifiable), with the error).
+      - An item may carry C(runtime), the RV(bcd.kubernetes.bcd_runtime_info#module:runtime) that module returned on
+        the same node (or C(runtime_error), why it could not run). The node's verdict then takes the running
+        runtime's answer into account (see the description).
     type: list
     elements: dict
     default: []
@@ -322,6 +335,12 @@ nodes:
     name: {description: The Node's name., type: str}
     verdict: {description: "C(isolated), C(exposed) or C(unverifiable).", type: str}
     ready: {description: "C(ready), C(not-ready) or C(unknown): can bcd's pod run and hand out GPUs there.", type: str}
+    source:
+      description:
+        - "Where the verdict comes from: C(both) (the running runtime was asked and agrees with the files), C(runtime)
+          (they disagree and the runtime's answer decided), C(files) (the runtime was not asked), C(cluster) (the
+          node's files were not read)."
+      type: str
     findings: {description: As in RV(node.findings)., type: list, elements: dict}
     readiness: {description: As in RV(node.readiness)., type: list, elements: dict}
     bcd:
@@ -356,7 +375,7 @@ table:
   elements: str
 report:
   description:
-    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "findings", "readiness",
+    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "source", "findings", "readiness",
       "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
       "active_cluster_policy", "unmatched_node_files", "runtime_handler", "gpu_api"}).'
   returned: scope is cluster or node
@@ -380,6 +399,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
     verify_node_root,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_live import reconcile
 
 # At module scope (mitogen's strategy ships only what the top level imports), but optional: scope=node
 # runs on a GPU node, where pydantic (which the inventory model needs) may not be installed.
@@ -459,7 +479,8 @@ def _gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
         "summary": counts,
         "ready_summary": ready_summary(nodes),
         "nodes": [
-            {k: n.get(k) for k in ("name", "verdict", "ready", "findings", "readiness", "node_files", "notes", "bcd")
+            {k: n.get(k) for k in ("name", "verdict", "ready", "source", "findings", "readiness", "node_files", "notes",
+                                   "bcd")
              if k != "bcd" or "bcd" in n}
             for n in nodes
         ],
@@ -539,7 +560,7 @@ def run_node(module) -> None:
         return
     node = {"name": name, **result, "root": root}
     entry = {**{k: node[k] for k in ("name", "verdict", "ready", "findings", "readiness", "notes")},
-             "node_files": f"from {root}"}
+             "node_files": f"from {root}", "source": "files"}
     gate = _gate([entry], None, module.params["enforce"], {"node_root": root})
     if not gate["passed"] and not module.params["enforce"]:
         module.warn(f"GPU isolation: {name} is {entry['verdict']}, {entry['ready']} (bcd_gpu_isolation_enforce is "
@@ -567,6 +588,13 @@ def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
         conn = str(item.get("connection") or "ssh")
         source = f"over SSH from {host}" if conn.rsplit(".", 1)[-1] in _SSH_CONNECTIONS else f"from {host} (connection {conn})"
         if node and "verdict" in node:
+            live = r.get("runtime")
+            if isinstance(live, dict):
+                # the runtime's own answer on the node (bcd_runtime_info): it wins where it disagrees
+                node = reconcile(node, live, settings["runtime_paths"])
+            elif r.get("runtime_error"):
+                node = {**node, "notes": [*(node.get("notes") or []),
+                                          f"runtime: the running runtime could not be asked: {r['runtime_error']}"]}
             files[name] = {"source": source, "result": node}
         else:
             files[name] = {"source": source, "error": r.get("msg") or "the node check did not run"}

@@ -213,8 +213,8 @@ def test_ready_node_and_dra_registration(tmp_path):
 def test_the_table_has_a_ready_column():
     lines = table([{"name": "n1", "verdict": "isolated", "ready": "not-ready", "node_files": "from /x", "findings": [],
                     "readiness": [{"status": "not-ready", "where": "/etc/cdi", "message": "m", "fix": "f"}]}])
-    assert lines[0].split() == ["NODE", "VERDICT", "READY", "NODE", "FILES"]
-    assert lines[1].split() == ["n1", "isolated", "not-ready", "from", "/x"]
+    assert lines[0].split() == ["NODE", "VERDICT", "READY", "SOURCE", "NODE", "FILES"]
+    assert lines[1].split() == ["n1", "isolated", "not-ready", "files", "from", "/x"]
     assert lines[2] == "  - [not-ready] /etc/cdi: m"
 
 
