@@ -159,3 +159,16 @@ def test_the_collections_of_requirements_yml_reach_the_ee_from_the_local_copies(
         assert (f"{info['namespace']}.{info['name']}", info["version"]) == (c["name"], str(c["version"]))
         if c["name"] in deps:
             assert SpecifierSet(deps[c["name"]]).contains(info["version"]), (c, deps)
+
+
+def test_the_projects_ansible_cfg_leaves_the_ee_collections_on_the_search_path():
+    """A job in the EE runs from a project checkout (no ./collections): ansible.cfg's
+    collections_path must still reach the image's /usr/share/ansible/collections, or only AWX's
+    own ANSIBLE_COLLECTIONS_PATH would save a run (ansible-navigator, ansible-runner alone)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    paths = cfg["defaults"]["collections_path"].split(":")
+    assert paths[0] == "collections", paths
+    assert "/usr/share/ansible/collections" in paths, paths
