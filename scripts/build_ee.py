@@ -187,11 +187,12 @@ def image_size(tag: str) -> int:
 def build(no_cache: bool = False, say=say) -> dict:
     """Build the image; what was built and how long it took."""
     started = time.monotonic()
+    log = cache_dir() / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")  # this build's log only
     ctx = context(say)
     base, base_seconds = base_image(say)
     tag = image_tag()
-    log = cache_dir() / "build.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     argv = ["nice", "-n", "10", "podman", "build", "--network", "host", "-f", str(CONTAINERFILE), "-t", tag]
     for name, value in build_args(ctx, base).items():
         argv += ["--build-arg", f"{name}={value}"]

@@ -24,6 +24,7 @@ directory ``artifacts/<ident>``), nowhere else: not in a job event, stdout or th
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import shutil
@@ -45,14 +46,28 @@ from tests.secrets_scan import find_in_text
 pytestmark = [pytest.mark.long, pytest.mark.sandbox]
 
 IMAGE_COLLECTIONS = "/usr/share/ansible/collections/ansible_collections"
-# The search paths AWX's job environment sets (RunJob.build_env): the job's requirements_* folder,
-# the project's ansible.cfg setting (collections_path = collections, not there in a project
-# checkout), then ansible-core's defaults, where the image's collections are.
-AWX_PATHS = {
-    "ANSIBLE_COLLECTIONS_PATH": "/runner/requirements_collections:collections:~/.ansible/collections:"
-                                "/usr/share/ansible/collections",
-    "ANSIBLE_ROLES_PATH": "/runner/requirements_roles:~/.ansible/roles:/usr/share/ansible/roles:/etc/ansible/roles",
-}
+# The search paths AWX's job environment sets (RunJob.build_env): (variable, ansible.cfg key, the
+# job's folder for the project's requirements, ansible-core's defaults).
+AWX_PATHS = (
+    ("ANSIBLE_COLLECTIONS_PATH", "collections_path", "requirements_collections",
+     "~/.ansible/collections:/usr/share/ansible/collections"),
+    ("ANSIBLE_ROLES_PATH", "roles_path", "requirements_roles", "~/.ansible/roles:/usr/share/ansible/roles:/etc/ansible/roles"),
+)
+
+
+def awx_paths(project: Path) -> dict[str, str]:
+    """As AWX computes them: the job's folder, the project's ansible.cfg value when it names a
+    path the defaults lack, then the defaults."""
+    cfg = configparser.ConfigParser()
+    cfg.read(project / "ansible.cfg")
+    out = {}
+    for env, key, folder, default in AWX_PATHS:
+        paths = default.split(":")
+        value = cfg.get("defaults", key, fallback="")
+        if value and any(p not in paths for p in value.split(":")):
+            paths = [value, *paths]
+        out[env] = ":".join([f"/runner/{folder}", *paths])
+    return out
 
 
 def _podman_env() -> dict[str, str]:
@@ -116,7 +131,7 @@ def run_in_ee(tmp_path: Path, world, image: str, playbook: str, extravars: dict,
     kubeconfig = credential_file(env_dir, world.sandbox.kubeconfig.read_text())
     ca = credential_file(env_dir, Path(world.vars["bcd_control_plane_ca_file"]).read_text())
     (env_dir / "envvars").write_text(json.dumps({
-        **AWX_PATHS, "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        **awx_paths(pdd / "project"), "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "KUBECONFIG": kubeconfig, "BETTER_COMPUTE_API_KEY": world.api_key}))
     # the credential type's extra var (the CA's file) and the survey's answers, all strings
     (env_dir / "extravars").write_text(json.dumps({**extravars, "bcd_control_plane_ca_file": ca}))
