@@ -1,6 +1,8 @@
 # bcd-ansible. Two commands do everything on a fresh machine:
 #   make demo   set up, start the local sandbox, adopt it with adopt-cluster.yml, print the report
 #   make test   set up, lint, and run every test (starts and stops its own sandbox)
+# (make ee builds the execution environment image localhost/bcd-ee:<version> with podman;
+# its run as AWX runs it is in make test-long: docs/execution-environment.md)
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,9 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 
-COLLECTION_TARBALL = bcd-kubernetes-$(shell sed -n 's/^version: *//p' galaxy.yml).tar.gz
-
-.PHONY: setup build docs ee-context lint test test-unit test-sandbox test-molecule test-kind test-long demo sandbox \
+.PHONY: setup build docs ee-context ee lint test test-unit test-sandbox test-molecule test-kind test-long demo sandbox \
         sandbox-down sandbox-status sandbox-build bench clean kind kind-down kind-status
 
 # The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
@@ -96,10 +96,13 @@ build: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path out .
 
 # the execution environment's build context (execution-environment.yml), for podman/docker build
-ee-context: build
-	mkdir -p out/ee
-	cp out/$(COLLECTION_TARBALL) out/ee/bcd-kubernetes.tar.gz
-	$(BIN)/ansible-builder create -f execution-environment.yml --context context
+ee-context: setup
+	$(BIN)/python scripts/build_ee.py --context-only
+
+# the execution environment image localhost/bcd-ee:<version>, built with podman from that context
+# on a Debian base made with mmdebstrap, no registry needed (docs/execution-environment.md)
+ee: setup
+	$(BIN)/python scripts/build_ee.py
 
 sandbox-build: setup
 	$(BIN)/python -m sandbox build

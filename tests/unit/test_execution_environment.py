@@ -14,9 +14,9 @@ depend on how those files are split.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -83,9 +83,12 @@ def tarball(tmp_path_factory) -> Path:
                          capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     (built,) = out.glob("bcd-kubernetes-*.tar.gz")
-    dest = ROOT / "out" / "ee" / "bcd-kubernetes.tar.gz"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(built, dest)
+    # as `make ee` stages it (a tarball of the same contents is kept, so the image's layers stay cached)
+    spec = importlib.util.spec_from_file_location("build_ee", ROOT / "scripts" / "build_ee.py")
+    build_ee = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_ee)
+    dest = build_ee.stage_collection(built)
+    assert build_ee._members_digest(dest) == build_ee._members_digest(built)
     return dest
 
 
@@ -141,13 +144,31 @@ def test_ansible_core_and_ansible_runner_are_the_versions_the_repository_pins(co
     assert installed == {"ansible-core": pins["ansible-core"], "ansible-runner": pins["ansible-runner"]}
 
 
-def test_the_collections_of_requirements_yml_reach_the_ee(context, tarball):
-    """kubernetes.core comes as the built collection's dependency, the others from the EE's list."""
+def test_the_collections_of_requirements_yml_reach_the_ee_from_the_local_copies(context, tarball):
+    """No collection comes from Galaxy: requirements.yml's come from ./collections (``make setup``),
+    each a directory in the context at its pinned version; kubernetes.core also satisfies the
+    built collection's dependency."""
     built = yaml.safe_load((context / "_build" / "requirements.yml").read_text())
-    listed = {c["name"]: str(c.get("version")) for c in built["collections"]}
+    sources = {c["name"]: c.get("type") for c in built["collections"]}
+    assert set(sources.values()) <= {"file", "dir"}, f"a collection from Galaxy: {built['collections']}"
     deps = json.loads(member(tarball, "MANIFEST.json"))["collection_info"]["dependencies"]
     for c in yaml.safe_load((ROOT / "requirements.yml").read_text())["collections"]:
+        assert sources.get(f"/build/collections/{c['name']}") == "dir", f"{c['name']} is not in the EE: {built}"
+        info = json.loads((context / "_build" / "collections" / c["name"] / "MANIFEST.json").read_text())
+        info = info["collection_info"]
+        assert (f"{info['namespace']}.{info['name']}", info["version"]) == (c["name"], str(c["version"]))
         if c["name"] in deps:
-            assert SpecifierSet(deps[c["name"]]).contains(str(c["version"])), (c, deps)
-        else:
-            assert listed.get(c["name"]) == str(c["version"]), f"{c['name']} {c.get('version')} is not in the EE"
+            assert SpecifierSet(deps[c["name"]]).contains(info["version"]), (c, deps)
+
+
+def test_the_projects_ansible_cfg_leaves_the_ee_collections_on_the_search_path():
+    """A job in the EE runs from a project checkout (no ./collections): ansible.cfg's
+    collections_path must still reach the image's /usr/share/ansible/collections, or only AWX's
+    own ANSIBLE_COLLECTIONS_PATH would save a run (ansible-navigator, ansible-runner alone)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    paths = cfg["defaults"]["collections_path"].split(":")
+    assert paths[0] == "collections", paths
+    assert "/usr/share/ansible/collections" in paths, paths
