@@ -74,7 +74,7 @@ from typing import Any
 
 import yaml
 
-from sandbox import build, cluster, proc
+from sandbox import build, cluster, crictl, proc
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -327,7 +327,8 @@ def _image_exists(tag: str) -> bool:
 
 def resolve_binaries(say=say) -> dict[str, Path]:
     """The kind test bed's binaries: the sandbox's control plane and etcd, plus kind, kubelet,
-    kubeadm, kube-proxy and CoreDNS, found or built into the shared cache (see sandbox/build.py)."""
+    kubeadm, kube-proxy and CoreDNS, found or built into the shared cache (see sandbox/build.py),
+    and crictl (sandbox/crictl.py)."""
     paths = {k: Path(v) for k, v in build.resolve(
         ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"], say=say).items()}
     with build._lock():
@@ -343,6 +344,8 @@ def resolve_binaries(say=say) -> dict[str, Path]:
             build._go_build(module, batch, say)
             for b in batch:
                 paths[b.name] = build.cache_dir() / b.name
+    # not in the node image (its key stays): molecule/kind/verify_runtime.yml copies it onto a worker
+    paths["crictl"] = crictl.resolve(say)
     return paths
 
 
@@ -980,6 +983,8 @@ def why_not_warm() -> tuple[str | None, bool]:
         return f"host packages missing: {', '.join(missing)} (make kind installs them as root)", True
     names = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"]
     cold = [b.name for b in [*(build.BY_NAME[n] for n in names), *BINARIES.values()] if build._cached(b) is None]
+    if crictl.cached() is None:
+        cold.append("crictl")
     if cold:
         return f"binaries not built into {build.cache_dir()}: {', '.join(cold)} (make kind builds them)", True
     tag = f"localhost/bcd-kind/node:v{kube_version()}"
