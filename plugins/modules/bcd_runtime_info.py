@@ -81,9 +81,9 @@ runtime:
         running:
           description:
             - The CRI configuration the daemon runs with now (C(default_runtime), C(handlers) name to binary,
-              null for the shim's default runc); null when it could not be asked (RV(runtime.runtimes.running_error)).
+              null for the shim's default runc); null when it could not be asked (RV(runtime.runtimes[].running_error)).
           type: dict
-        running_source: {description: "Where RV(runtime.runtimes.running) came from (C(crictl info), the start-up log).", type: str}
+        running_source: {description: "Where RV(runtime.runtimes[].running) came from (C(crictl info), the start-up log).", type: str}
         running_error: {description: Why the running configuration could not be asked., type: str}
         files:
           description:
