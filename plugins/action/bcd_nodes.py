@@ -25,6 +25,7 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
     Step,
     poll_in_slices,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import token_fix
 
 FAILING_FIX = ("The container's last exit quotes what bcd wrote before it exited (kubectl -n {ns} logs <pod> "
                "-c bcd --previous shows more); fix the cause on the Node and run again.")
@@ -76,7 +77,8 @@ class ActionModule(ActionBase):
                 res.update(failed=True, changed=False, polls=count["polls"], cp_requests=count["cp_requests"],
                            waited=round(progress.elapsed(), 1),
                            msg=f"{len(lines)} of {want} selected nodes were refused by the control plane (not waiting "
-                               f"out the {limit}s timeout):\n" + "\n".join(lines))
+                               f"out the {limit}s timeout):\n" + "\n".join(lines)
+                               + (f"\n{fix}" if (fix := token_fix(lines)) else ""))
                 return Step(done=res)
             if res.get("failing"):
                 # a crash-looping or failing pod does not heal by waiting either: fail now, naming
@@ -128,5 +130,8 @@ class ActionModule(ActionBase):
             msg.append(f"{len(reporting_sick)} of {final['selected']} selected nodes report, but their bcd pod is not "
                        f"healthy after {limit}s:\n" + "\n".join(f"{u['node']}: {u['why']}" for u in reporting_sick)
                        + "\n" + FAILING_FIX.format(ns=self._namespace(args)))
+        fix = token_fix(lines)
+        if fix:
+            msg.append(fix)
         final.update(failed=True, changed=False, polls=polls, cp_requests=cp_requests, msg="\n".join(msg))
         return final

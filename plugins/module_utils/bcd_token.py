@@ -20,6 +20,30 @@ DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
 
 
+def max_uses_refusal(max_uses: int, to_join: int) -> str:
+    """The refusal of a ``bcd_token_max_uses`` below the number of nodes to join."""
+    return (f"bcd_token_max_uses is {max_uses}, below the {to_join} node(s) to join: the token would turn the last "
+            f"{to_join - max_uses} away (TokenExhausted). No token was minted. Set bcd_token_max_uses to at least "
+            f"{to_join}, or unset it (the default is the number of nodes to join).")
+
+
+def token_fix(reasons) -> str | None:
+    """The fix for joins the control plane refused because of the token's limits, naming the
+    variable that sets each (``reasons``: the refusals' texts, which carry the control plane's
+    reason: TokenExhausted, TokenExpired), or None."""
+    text = " ".join(str(r) for r in reasons)
+    fixes = []
+    if "TokenExhausted" in text:
+        fixes.append("the join token ran out of uses: raise bcd_token_max_uses to the number of nodes to join, or "
+                     "unset it (the default is that number)")
+    if "TokenExpired" in text:
+        fixes.append("the join token expired before these nodes joined: raise bcd_token_ttl above the join wait "
+                     "(bcd_join_timeout, default 300 s + 2 s per selected Node)")
+    if not fixes:
+        return None
+    return "Fix: " + "; ".join(fixes) + "; then run again (the next run mints a new token for the nodes left)."
+
+
 def description(cluster: str, run: str, playbook: str) -> str:
     return f"bcd-ansible cluster={cluster} run={run} playbook={playbook}"[:256]
 
