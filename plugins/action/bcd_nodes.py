@@ -18,6 +18,7 @@ import datetime
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import token_fix
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import (
     PROGRESS_EVERY,
     Progress,
@@ -25,7 +26,6 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
     Step,
     poll_in_slices,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import token_fix
 
 FAILING_FIX = ("The container's last exit quotes what bcd wrote before it exited (kubectl -n {ns} logs <pod> "
                "-c bcd --previous shows more); fix the cause on the Node and run again.")

@@ -9,7 +9,6 @@ molecule scenario `rollout` runs it too, after a rollout.
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
