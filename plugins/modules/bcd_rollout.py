@@ -26,7 +26,7 @@ description:
     C(bcd_rollout_force)) or the DaemonSet does not exist.
   - Only the selected Nodes roll. A C(bcd_node_selector) that selects no Node is refused (whatever
     C(bcd_rollout_force) says), naming the pods it would delete. A Node that runs a bcd pod and that the
-    selector no longer selects loses bcd (its pod is deleted once the new template is applied): the plan's
+    selector no longer selects loses bcd (its pod is deleted once the new template is applied). The plan's
     headline names each such Node, and says how many selected Nodes roll, in which stages, and how many stay;
     the table lists the same Nodes.
   - A plan whose first stage rolls every node to roll, on more than one node (no canary left), is refused
