@@ -179,7 +179,9 @@ summary:
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
       nodes, outcome and seconds; C(nodes) one row per selected Node (C(from) the short digest its
       pod ran at the start, C(to) now, C(pod), C(state) of its bcd node, C(outcome)); C(failed_nodes) with why;
-      C(rollback); C(unhealthy) and C(incomplete) (status); timings in RFC 3339 and seconds.
+      C(rollback); C(unhealthy) and C(incomplete) (status); with C(state=status) C(losing) (the Nodes that run a
+      bcd pod and that C(bcd_node_selector) no longer selects) and C(staying) (the selected Nodes that do not roll);
+      timings in RFC 3339 and seconds.
   returned: always
   type: dict
 table:
