@@ -18,7 +18,6 @@ import datetime
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import token_fix
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import (
     PROGRESS_EVERY,
     Progress,
@@ -29,6 +28,23 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
 
 FAILING_FIX = ("The container's last exit quotes what bcd wrote before it exited (kubectl -n {ns} logs <pod> "
                "-c bcd --previous shows more); fix the cause on the Node and run again.")
+
+
+def token_fix(reasons) -> str | None:
+    """The fix for joins the control plane refused because of the token's limits, naming the
+    variable that sets each (``reasons``: the refusals' texts, which carry the control plane's
+    reason: TokenExhausted, TokenExpired), or None."""
+    text = " ".join(str(r) for r in reasons)
+    fixes = []
+    if "TokenExhausted" in text:
+        fixes.append("the join token ran out of uses: raise bcd_token_max_uses to the number of nodes to join, or "
+                     "unset it (the default is that number)")
+    if "TokenExpired" in text:
+        fixes.append("the join token expired before these nodes joined: raise bcd_token_ttl above the join wait "
+                     "(bcd_join_timeout, default 300 s + 2 s per selected Node)")
+    if not fixes:
+        return None
+    return "Fix: " + "; ".join(fixes) + "; then run again (the next run mints a new token for the nodes left)."
 
 
 class ActionModule(ActionBase):
@@ -77,8 +93,8 @@ class ActionModule(ActionBase):
                 res.update(failed=True, changed=False, polls=count["polls"], cp_requests=count["cp_requests"],
                            waited=round(progress.elapsed(), 1),
                            msg=f"{len(lines)} of {want} selected nodes were refused by the control plane (not waiting "
-                               f"out the {limit}s timeout):\n" + "\n".join(lines)
-                               + (f"\n{fix}" if (fix := token_fix(lines)) else ""))
+                               f"out the {limit}s timeout):\n" + "\n".join(lines) + "".join(
+                                   f"\n{fix}" for fix in [token_fix(lines)] if fix))
                 return Step(done=res)
             if res.get("failing"):
                 # a crash-looping or failing pod does not heal by waiting either: fail now, naming

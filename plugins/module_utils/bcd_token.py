@@ -27,23 +27,6 @@ def max_uses_refusal(max_uses: int, to_join: int) -> str:
             f"{to_join}, or unset it (the default is the number of nodes to join).")
 
 
-def token_fix(reasons) -> str | None:
-    """The fix for joins the control plane refused because of the token's limits, naming the
-    variable that sets each (``reasons``: the refusals' texts, which carry the control plane's
-    reason: TokenExhausted, TokenExpired), or None."""
-    text = " ".join(str(r) for r in reasons)
-    fixes = []
-    if "TokenExhausted" in text:
-        fixes.append("the join token ran out of uses: raise bcd_token_max_uses to the number of nodes to join, or "
-                     "unset it (the default is that number)")
-    if "TokenExpired" in text:
-        fixes.append("the join token expired before these nodes joined: raise bcd_token_ttl above the join wait "
-                     "(bcd_join_timeout, default 300 s + 2 s per selected Node)")
-    if not fixes:
-        return None
-    return "Fix: " + "; ".join(fixes) + "; then run again (the next run mints a new token for the nodes left)."
-
-
 def description(cluster: str, run: str, playbook: str) -> str:
     return f"bcd-ansible cluster={cluster} run={run} playbook={playbook}"[:256]
 

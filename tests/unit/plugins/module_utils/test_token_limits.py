@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import max_uses_refusal, token_fix
+from ansible_collections.bcd.kubernetes.plugins.action.bcd_nodes import token_fix
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import max_uses_refusal
 
 
 def test_too_few_uses_is_refused_naming_the_variable_and_the_count():
