@@ -30,6 +30,23 @@ FAILING_FIX = ("The container's last exit quotes what bcd wrote before it exited
                "-c bcd --previous shows more); fix the cause on the Node and run again.")
 
 
+def token_fix(reasons) -> str | None:
+    """The fix for joins the control plane refused because of the token's limits, naming the
+    variable that sets each (``reasons``: the refusals' texts, which carry the control plane's
+    reason: TokenExhausted, TokenExpired), or None."""
+    text = " ".join(str(r) for r in reasons)
+    fixes = []
+    if "TokenExhausted" in text:
+        fixes.append("the join token ran out of uses: raise bcd_token_max_uses to the number of nodes to join, or "
+                     "unset it (the default is that number)")
+    if "TokenExpired" in text:
+        fixes.append("the join token expired before these nodes joined: raise bcd_token_ttl above the join wait "
+                     "(bcd_join_timeout, default 300 s + 2 s per selected Node)")
+    if not fixes:
+        return None
+    return "Fix: " + "; ".join(fixes) + "; then run again (the next run mints a new token for the nodes left)."
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -76,7 +93,8 @@ class ActionModule(ActionBase):
                 res.update(failed=True, changed=False, polls=count["polls"], cp_requests=count["cp_requests"],
                            waited=round(progress.elapsed(), 1),
                            msg=f"{len(lines)} of {want} selected nodes were refused by the control plane (not waiting "
-                               f"out the {limit}s timeout):\n" + "\n".join(lines))
+                               f"out the {limit}s timeout):\n" + "\n".join(lines) + "".join(
+                                   f"\n{fix}" for fix in [token_fix(lines)] if fix))
                 return Step(done=res)
             if res.get("failing"):
                 # a crash-looping or failing pod does not heal by waiting either: fail now, naming
@@ -128,5 +146,8 @@ class ActionModule(ActionBase):
             msg.append(f"{len(reporting_sick)} of {final['selected']} selected nodes report, but their bcd pod is not "
                        f"healthy after {limit}s:\n" + "\n".join(f"{u['node']}: {u['why']}" for u in reporting_sick)
                        + "\n" + FAILING_FIX.format(ns=self._namespace(args)))
+        fix = token_fix(lines)
+        if fix:
+            msg.append(fix)
         final.update(failed=True, changed=False, polls=polls, cp_requests=cp_requests, msg="\n".join(msg))
         return final

@@ -555,6 +555,9 @@ class Inventory(BaseModel):
     bcd_rollout_rollback: bool = True
     # Start even though nodes are unhealthy or the previous rollout is incomplete (to recover).
     bcd_rollout_force: bool = False
+    # Roll a plan whose first stage covers every node to roll (no canary left), on more than one
+    # node: a failure there hits the whole fleet at once; false refuses it.
+    bcd_rollout_all_at_once: bool = False
     bcd_rollout_gate_timeout: Duration = 300
     # How long each stage's nodes must stay healthy before the next stage (also the DaemonSet's
     # minReadySeconds, so the controller counts a pod available only after it too).

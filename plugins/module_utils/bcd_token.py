@@ -20,6 +20,13 @@ DESCRIPTION_RE = re.compile(r"^bcd-ansible cluster=(?P<cluster>\S+) run=(?P<run>
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
 
 
+def max_uses_refusal(max_uses: int, to_join: int) -> str:
+    """The refusal of a ``bcd_token_max_uses`` below the number of nodes to join."""
+    return (f"bcd_token_max_uses is {max_uses}, below the {to_join} node(s) to join: the token would turn the last "
+            f"{to_join - max_uses} away (TokenExhausted). No token was minted. Set bcd_token_max_uses to at least "
+            f"{to_join}, or unset it (the default is the number of nodes to join).")
+
+
 def description(cluster: str, run: str, playbook: str) -> str:
     return f"bcd-ansible cluster={cluster} run={run} playbook={playbook}"[:256]
 

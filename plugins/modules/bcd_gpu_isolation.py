@@ -38,7 +38,8 @@ description:
     does not parse, or no runtime configuration at all, makes the node C(unverifiable), never
     C(isolated)."
   - "O(scope=cluster): reads the cluster with the kubernetes client (C(bcd_kubeconfig),
-    C(bcd_kube_context)) and checks every Node C(bcd_node_selector) selects: another device plugin
+    C(bcd_kube_context)) and checks every Node C(bcd_node_selector) selects (a selector that selects
+    no Node fails, naming it: a gate that checked nothing proves nothing): another device plugin
     (a GPU resource of the Node's allocatable above zero - C(nvidia.com/*), which HAMi's
     C(nvidia.com/gpumem) and C(nvidia.com/gpucores) are too, Volcano's C(volcano.sh/vgpu-*),
     Alibaba's C(aliyun.com/gpu-*), Tencent's C(tencent.com/vcuda-*), and the patterns of
@@ -693,9 +694,12 @@ def run_cluster(module) -> None:
         "runtime_handler": handler_source,
         "gpu_api": settings["gpu_api"],
     }
-    gate = _gate(result["nodes"], module.params["cluster_name"], settings["enforce"], extra)
     if not result["nodes"]:
-        module.warn(f"GPU isolation: no Node matches bcd_node_selector ({settings['label_selector'] or 'every node'})")
+        # a gate that checked no Node proves nothing: a typo in the selector must not pass
+        module.fail_json(msg=f"bcd_node_selector {settings['label_selector'] or '(every node)'} selects no Node in this "
+                             "cluster: GPU isolation was checked on no node. Fix bcd_node_selector (kubectl get nodes "
+                             "--show-labels shows the labels).", changed=False, **extra)
+    gate = _gate(result["nodes"], module.params["cluster_name"], settings["enforce"], extra)
     if unmatched:
         module.warn("GPU isolation: node files were given for nodes this cluster's selector does not select: "
                     + ", ".join(unmatched))

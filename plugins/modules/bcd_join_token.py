@@ -45,7 +45,9 @@ options:
     type: str
     default: adopt-cluster
   max_uses:
-    description: How many nodes the token admits (the selected nodes that do not report yet); C(bcd_token_max_uses) wins.
+    description:
+      - How many nodes the token admits (the selected nodes that do not report yet); C(bcd_token_max_uses) wins when it
+        is larger. A C(bcd_token_max_uses) below it is refused before anything is minted, naming the variable.
     type: int
   scope:
     description: With C(state=absent), C(run) revokes this run's tokens, C(stale) other runs' tokens of this cluster.
@@ -140,6 +142,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import (
     bad_name,
     description,
     find_tokens,
+    max_uses_refusal,
     ours,
     secret_path,
 )
@@ -202,6 +205,9 @@ def present(module, inv, cp, core) -> None:
     p = module.params
     max_uses = inv.bcd_token_max_uses or p["max_uses"]
     where = {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
+    if inv.bcd_token_max_uses and p["max_uses"] and inv.bcd_token_max_uses < p["max_uses"]:
+        # known before minting: such a token would turn the last nodes away (TokenExhausted)
+        module.fail_json(msg=max_uses_refusal(inv.bcd_token_max_uses, p["max_uses"]), secret=where)
     if not max_uses or not 1 <= max_uses <= 10000:
         module.fail_json(msg=f"bcd_token_max_uses: {max_uses!r} is not 1 to 10000 (the nodes to join)", secret=where)
     if module.check_mode:

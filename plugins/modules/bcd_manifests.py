@@ -73,6 +73,9 @@ options:
         C(bcd_render_format) (C(json), the default, or C(yaml)).
       - A file that already holds exactly this render is left as it is (not changed). A file with
         other content is refused, unless C(bcd_render_force) is true (then it is replaced whole).
+      - Default C(bcd_render_out) of O(config), which the C(bcd.kubernetes.bcd_inventory) lookup makes
+        absolute against the directory C(ansible-playbook) runs in (a module runs in the playbook's
+        directory, so a relative O(dest) would be taken against that one instead).
     type: path
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
@@ -138,8 +141,8 @@ cluster:
   type: str
   sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
 dest:
-  description: The file written (or that would be, in check mode).
-  returned: when O(dest) is set
+  description: The file written (or that would be, in check mode), absolute.
+  returned: when O(dest) or C(bcd_render_out) is set
   type: str
 format:
   description: The format of O(dest), C(json) or C(yaml) (C(bcd_render_format)).
@@ -217,7 +220,7 @@ def main() -> None:
                 "before": "", "before_header": f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']} (absent)",
                 "after": dumps_yaml([o]), "after_header": f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']} (would be created)",
             } for o in preview]
-    dest = module.params["dest"]
+    dest = module.params["dest"] or inv.bcd_render_out
     if dest:
         if inv.bcd_render_format == "yaml":
             data = dumps_yaml(objects).encode("utf-8")

@@ -24,6 +24,14 @@ description:
     fields their field managers set) for a rollback, the planned stages, and a refusal
     (RV(refuse)) when nodes are unhealthy or the previous rollout is incomplete (unless
     C(bcd_rollout_force)) or the DaemonSet does not exist.
+  - Only the selected Nodes roll. A C(bcd_node_selector) that selects no Node is refused (whatever
+    C(bcd_rollout_force) says), naming the pods it would delete. A Node that runs a bcd pod and that the
+    selector no longer selects loses bcd (its pod is deleted once the new template is applied). The plan's
+    headline names each such Node, and says how many selected Nodes roll, in which stages, and how many stay;
+    the table lists the same Nodes.
+  - A plan whose first stage rolls every node to roll, on more than one node (no canary left), is refused
+    unless C(bcd_rollout_all_at_once), since a failure there hits the whole fleet at once; with one selected
+    Node it is a warning.
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete). It waits
     for the DaemonSet controller to see it, then deletes the pods not on the newest revision
     (8 DELETE requests in flight at once) one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
@@ -171,7 +179,9 @@ summary:
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
       nodes, outcome and seconds; C(nodes) one row per selected Node (C(from) the short digest its
       pod ran at the start, C(to) now, C(pod), C(state) of its bcd node, C(outcome)); C(failed_nodes) with why;
-      C(rollback); C(unhealthy) and C(incomplete) (status); timings in RFC 3339 and seconds.
+      C(rollback); C(unhealthy) and C(incomplete) (status); with C(state=status) C(losing) (the Nodes that run a
+      bcd pod and that C(bcd_node_selector) no longer selects) and C(staying) (the selected Nodes that do not roll);
+      timings in RFC 3339 and seconds.
   returned: always
   type: dict
 table:
@@ -419,6 +429,17 @@ class Rollout:
         joining = set(self.p.get("joining") or [])
         pods = self.pods(ds)
         nodes = self.selected()
+        if not nodes:
+            # a selector that selects no Node (a typo) would take bcd off every Node that runs it
+            msg = (f"bcd_node_selector {selector(self.inv.bcd_node_selector) or '(every node)'} selects no Node in this "
+                   f"cluster: applying it would delete the DaemonSet's {len(pods)} bcd pod(s) "
+                   f"({', '.join(sorted(pods, key=natural)) or 'none'}) and roll nothing. Nothing was changed. Fix "
+                   "bcd_node_selector (kubectl get nodes --show-labels shows the labels); release-cluster.yml takes bcd "
+                   "off a cluster on purpose.")
+            self.finish_status(ds, pods, {}, {}, None, msg, [], [], [], losing=sorted(pods, key=natural))
+        # Nodes that run a bcd pod now and that the selector no longer selects: the DaemonSet
+        # controller deletes their pods as soon as the new template is applied
+        losing = sorted((n for n in pods if n not in nodes), key=natural)
         cpn = self.cp_nodes(nodes)
         unhealthy, incomplete = [], []
         for name in sorted(nodes, key=natural):
@@ -452,26 +473,60 @@ class Rollout:
                            "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
         cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
         previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
+        # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled
         if self.p["changes"]:
-            to_roll = sorted(pods, key=natural)
+            to_roll = sorted((n for n in pods if n in nodes), key=natural)
         else:
-            to_roll = sorted((n for n, pod in pods.items() if pod_revision(pod) != revision), key=natural)
+            to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
         stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
-        self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous)
+        if refuse is None and stages and len(stages[0]["nodes"]) == len(to_roll):
+            refuse = self.all_at_once(stages[0], len(to_roll), len(nodes))
+        self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous, losing=losing)
 
-    def finish_status(self, ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous=None) -> None:
+    def all_at_once(self, first: dict, rolling: int, selected: int) -> str | None:
+        """The refusal of a plan whose first stage rolls every node to roll (no canary left) on more
+        than one node, unless bcd_rollout_all_at_once; on a single-node cluster a warning only."""
+        why = (f"the {first['name']} stage rolls all {rolling} node(s) to roll at once (bcd_rollout_canary "
+               f"{self.inv.bcd_rollout_canary}, bcd_rollout_max_unavailable {self.inv.bcd_rollout_max_unavailable}): no "
+               "canary is left, so a failure hits the whole fleet at once")
+        if rolling > 1:
+            if self.inv.bcd_rollout_all_at_once:
+                self.notes.append(f"bcd_rollout_all_at_once: {why}; rolling anyway.")
+                return None
+            return (f"{why}. Nothing was changed. Lower bcd_rollout_canary below {rolling} (and "
+                    f"bcd_rollout_max_unavailable) so that a first stage proves the new pods on some nodes first, or "
+                    "set bcd_rollout_all_at_once: true to roll them all at once on purpose.")
+        if selected <= 1:
+            self.m.warn(f"{why}: this cluster has one selected node, so there is no canary to prove the new pod first.")
+        return None
+
+    def finish_status(self, ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous=None,
+                      losing=None) -> None:
         current = container_image(ds) if ds else None
         healthy = ds is not None and not unhealthy and not incomplete
+        losing = list(losing or [])
+        stage_of = {n: s["name"] for s in stages for n in s["nodes"]}
+        stay = [n for n in nodes if n not in stage_of]
         if refuse:
             result, headline = "refused", f"rollout refused: {refuse}"
         elif not self.p["changes"] and healthy:
             result, headline = "unchanged", f"already on {current} and healthy: nothing to do"
         else:
             result = "planned"
-            headline = (f"rollout {change(current, self.inv.bcd_image)}: {sum(len(s['nodes']) for s in stages)} node(s) "
-                        f"in {len(stages)} stage(s)")
-        stage_of = {n: s["name"] for s in stages for n in s["nodes"]}
+            # the headline counts what the table lists: the selected Nodes (rolled or staying)
+            # and those that lose bcd
+            per_stage = ", ".join(f"{s['name']} {len(s['nodes'])}" for s in stages)
+            headline = (f"rollout {change(current, self.inv.bcd_image)}: {len(stage_of)} of {len(nodes)} selected node(s) "
+                        f"roll in {len(stages)} stage(s)" + (f" ({per_stage})" if stages else "")
+                        + f", {len(stay)} stay as they are"
+                        + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
+                           f"{', '.join(losing)}" if losing else ""))
         rows = []
+        for name in losing:
+            pod = pods.get(name)
+            rows.append({"name": name, "stage": None, "from": short(container_image(pod)) if pod else None, "to": None,
+                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": None,
+                         "outcome": "loses bcd: not selected by bcd_node_selector, its pod is deleted"})
         for name in sorted(nodes, key=natural):
             pod = pods.get(name)
             cp_node = cpn.get(name) or {}
@@ -480,8 +535,9 @@ class Rollout:
                          "to": short(container_image(pod)) if pod else None,
                          "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": cp_node.get("state"),
                          "outcome": f"unhealthy: {why}" if why else ("will roll" if name in stage_of else "up to date")})
+        rows.sort(key=lambda r: natural(r["name"]))
         summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
-                               unhealthy=unhealthy, incomplete=incomplete)
+                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay)
         self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
                          plan=stages, healthy=healthy, revision=revision, image=current, selected=len(nodes), **self.lock_result)
 
@@ -497,7 +553,7 @@ class Rollout:
             "rollback": extra.pop("rollback", None), "notes": list(self.notes), "changed": self.did_change,
             "settings": {"canary": self.inv.bcd_rollout_canary, "max_unavailable": self.inv.bcd_rollout_max_unavailable,
                          "rollback": self.inv.bcd_rollout_rollback, "gate_timeout": self.inv.bcd_rollout_gate_timeout,
-                         "force": self.inv.bcd_rollout_force},
+                         "force": self.inv.bcd_rollout_force, "all_at_once": self.inv.bcd_rollout_all_at_once},
             **extra,
         }
 
@@ -763,8 +819,9 @@ class Rollout:
             self.selected_count = len(nodes)
             baseline = self.cp_nodes(nodes)
             start_images = {n: container_image(p) for n, p in pods.items()}
-            to_roll = sorted((n for n, pod in pods.items() if pod_revision(pod) != revision), key=natural)
-            already = len(pods) - len(to_roll)  # pods on the newest revision before the first stage
+            # a pod on a Node the selector no longer selects is the controller's to delete, not to roll
+            to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
+            already = len([n for n in pods if n in nodes]) - len(to_roll)  # pods on the newest revision before the first stage
             stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
             rolled: list[str] = []
             for i, stage in enumerate(stages):

@@ -109,16 +109,47 @@ def test_render_without_gpu_nodes_group_prints_no_warning(tmp_path):
     assert "Could not match" not in text and "[WARNING]" not in text, text
 
 
-def test_readme_per_cluster_render_command_runs(tmp_path):
-    """README's render command, as written, on the example inventory (three clusters, a gpu_nodes group)."""
+def test_readme_per_cluster_render_command_runs_from_the_repository_root():
+    """README's render command, exactly as written, from the repository root on the example
+    inventory (three clusters, a gpu_nodes group): its relative out/ is the root's, where
+    ansible-playbook runs, never playbooks/out/ (where the module itself runs)."""
+    import shlex
+
     from tests.helpers import ROOT
 
     readme = (ROOT / "README.md").read_text()
     line = next(line for line in readme.splitlines() if line.startswith("ansible-playbook render.yml"))
-    assert "-e 'bcd_render_out=out/{{ inventory_hostname }}.json'" in line
+    args = shlex.split(line.split("#", 1)[0])[2:]
+    assert args == ["-i", "inventories/prod", "-e", "bcd_render_out=out/{{ inventory_hostname }}.json"], line
+    args[1] = "inventories/example"  # the README's prod inventory is the operator's own
+    names = ["gpu-k3s.json", "gpu-kubeadm.json", "gpu-rke2.json"]
+    out = ROOT / "out"
+    made_out = not out.exists()
+    out.mkdir(exist_ok=True)
+    assert not any((out / n).exists() for n in names), "leftovers of another run in out/"
+    try:
+        run = run_playbook("render.yml", *args, cwd=ROOT)
+        assert run.returncode == 0, run.stdout[-2000:]
+        assert sorted(p.name for p in out.iterdir() if p.name in names) == names
+        assert not (ROOT / "playbooks" / "out").exists()
+        assert "Could not match" not in run.stderr
+    finally:
+        for name in names:
+            (out / name).unlink(missing_ok=True)
+        if made_out:
+            out.rmdir()
+
+
+def test_a_relative_render_out_is_taken_against_where_ansible_playbook_runs(tmp_path):
+    """Run from another directory, a relative bcd_render_out lands there (the README's promise),
+    and a missing directory is named with the absolute path."""
+    from tests.helpers import ROOT
+
     (tmp_path / "out").mkdir()
-    run = run_playbook("render.yml", "-i", "inventories/example", "-e",
-                       f"bcd_render_out={tmp_path}/out/{{{{ inventory_hostname }}}}.json")
+    run = run_playbook(str(ROOT / "render.yml"), "-i", str(ROOT / "inventories/example"), "--limit", "gpu-k3s",
+                       "-e", "bcd_render_out=out/{{ inventory_hostname }}.json", cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpu-k3s.json", "gpu-kubeadm.json", "gpu-rke2.json"]
-    assert "Could not match" not in run.stderr
+    assert json.loads((tmp_path / "out" / "gpu-k3s.json").read_text())["kind"] == "List"
+    missing = run_playbook(str(ROOT / "render.yml"), "-i", str(ROOT / "inventories/example"), "--limit", "gpu-k3s",
+                           "-e", "bcd_render_out=nowhere/x.json", cwd=tmp_path)
+    assert missing.returncode != 0 and f"cannot write {tmp_path}/nowhere/x.json" in missing.stdout, missing.stdout[-2000:]

@@ -25,7 +25,8 @@ REPO = "registry.example.com/better-compute/bcd"
 GOOD = [f"{REPO}:0.2.0@sha256:{'b2' * 32}", f"{REPO}:0.3.0@sha256:{'c3' * 32}", f"{REPO}:0.4.0@sha256:{'d4' * 32}"]
 DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"
 # pods turn Ready, then crash 10 s later (sandbox/kwok/kwok.yaml, pod-ready-then-crash)
-CRASH = f"{REPO}:0.8.0@sha256:fa11{'0e' * 30}"
+CRASH = f"{REPO}:0.8.0@sha256:fa11{'0e' * 30}"  # Ready, then crashes 2 s later: within the sandbox's 5 s soak
+LATE = f"{REPO}:0.8.1@sha256:1a7e{'0e' * 30}"  # Ready, then crashes 15 s later: after the sandbox's soak (kwok.yaml)
 LEASE = "bcd-ansible-lock"
 
 
@@ -70,7 +71,7 @@ def rollout(*args: str, report=None):
 def assert_fleet_on(sandbox, cp, cpvars, want: str) -> None:
     nodes = gpu_nodes(sandbox)
     running = pods(sandbox)
-    assert sorted(running) == nodes
+    assert sorted(running) == sorted(nodes)  # gpu_nodes is in natural order (gpu-node-2 before gpu-node-10)
     assert {n: (image(p), ready(p)) for n, p in running.items()} == {n: (want, True) for n in nodes}
     states = reporting(cp, cpvars)
     assert all(states.get(n) in ("adopting", "ready") for n in nodes), states
@@ -95,7 +96,7 @@ def test_check_mode_shows_the_diff_and_the_plan_and_changes_nothing(sandbox):
     # a check run reports changed for what it would change (the DaemonSet's image), and prints
     # the plan once
     assert recap(run.stdout)["sandbox"]["changed"] >= 1, run.stdout[-3000:]
-    assert len(re.findall(r"rollout [0-9a-f]{12} -> [0-9a-f]{12}: \d+ node\(s\)", out)) == 1, out[-3000:]
+    assert len(re.findall(r"rollout [0-9a-f]{12} -> [0-9a-f]{12}: \d+ of \d+ selected node\(s\) roll", out)) == 1, out[-3000:]
     after = daemonset(sandbox)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode != 0, "no lock left"
@@ -166,11 +167,26 @@ def test_adopt_and_add_nodes_never_roll_the_image_back_silently(sandbox, cp, cpv
 
 
 def test_a_pod_that_turns_ready_then_crashes_fails_the_canary_soak_and_is_rolled_back(sandbox, cp, cpvars, tmp_path):
-    """A digest whose pods turn Ready and crash 10 s later: the canary's gate passes at once
-    without a soak; with one (here 15 s, default 30 s) it sees the crash, fails and rolls back."""
+    """A digest whose pods turn Ready and crash 2 s later: the canary's gate would pass at once
+    without a soak; with the sandbox inventory's own (5 s; default 30 s) it sees the crash, fails
+    and rolls back."""
+    crashed_in_soak(sandbox, cp, cpvars, tmp_path, CRASH)
+    ds = daemonset(sandbox)
+    assert ds["spec"]["minReadySeconds"] == 5, "the render's soak (the sandbox inventory's) is the DaemonSet's"
+
+
+def test_a_pod_that_crashes_after_the_soak_passes_it_unless_the_soak_is_longer(sandbox, cp, cpvars, tmp_path):
+    """A digest whose pods crash 15 s after turning Ready: a 5 s soak (the sandbox's) ends before
+    the crash, which is what soak cannot catch; a soak longer than the delay (here 20 s) sees it,
+    fails the canary and rolls back."""
+    crashed_in_soak(sandbox, cp, cpvars, tmp_path, LATE, "-e", "bcd_rollout_soak=20")
+
+
+def crashed_in_soak(sandbox, cp, cpvars, tmp_path, digest: str, *args: str) -> None:
     nodes = gpu_nodes(sandbox)
+    before = image(pods(sandbox)[nodes[0]])
     report = tmp_path / "soak.json"
-    run = rollout("-e", f"bcd_image={CRASH}", "-e", "bcd_rollout_soak=15", report=report)
+    run = rollout("-e", f"bcd_image={digest}", *args, report=report)
     assert run.returncode != 0, run.stdout[-4000:]
     summary = json.loads(report.read_text())
     canary = nodes[0]
@@ -179,9 +195,7 @@ def test_a_pod_that_turns_ready_then_crashes_fails_the_canary_soak_and_is_rolled
     assert "soak" in summary["failed_nodes"][0]["why"] and "not Ready" in summary["failed_nodes"][0]["why"], summary
     assert [s["outcome"] for s in summary["stages"]][:1] == ["failed"]
     assert all(s["outcome"] == "not started" for s in summary["stages"][1:])
-    assert_fleet_on(sandbox, cp, cpvars, GOOD[0])
-    ds = daemonset(sandbox)
-    assert ds["spec"]["minReadySeconds"] == 5, "the render's soak (the sandbox inventory's) is the DaemonSet's"
+    assert_fleet_on(sandbox, cp, cpvars, before)
 
 
 @pytest.mark.long  # slow: make test-long keeps make test within its budget
@@ -240,7 +254,8 @@ def test_a_lock_held_elsewhere_refuses_at_once_and_an_expired_one_is_taken_over(
         assert image(next(iter(pods(sandbox).values()))) == GOOD[1], "nothing rolled"
 
         lease(sandbox, holder, now - dt.timedelta(hours=2))
-        taken = rollout("-e", f"bcd_image={GOOD[2]}", "-e", "bcd_rollout_canary=0", "-e", "bcd_rollout_max_unavailable=100%")
+        taken = rollout("-e", f"bcd_image={GOOD[2]}", "-e", "bcd_rollout_canary=0", "-e", "bcd_rollout_max_unavailable=100%",
+                        "-e", "bcd_rollout_all_at_once=true")
         assert taken.returncode == 0, taken.stdout[-4000:]
         assert f"took over Lease bcd-system/{LEASE} from {holder}" in " ".join((taken.stdout + taken.stderr).split())
         assert_fleet_on(sandbox, cp, cpvars, GOOD[2])
