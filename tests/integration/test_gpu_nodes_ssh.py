@@ -98,6 +98,11 @@ def make_roots(srv: SshServer, names: list[str], tag: str) -> dict[str, Path]:
     for name, case in zip(names, itertools.cycle(NODE_CASES)):
         roots[name] = srv.dir / "roots" / tag / name
         shutil.copytree(CASES / case, roots[name])
+        # the CDI specification a node's driver generates (none loads under a folder): without it
+        # the node is rightly not-ready, and this test is about configuring isolation over SSH
+        (roots[name] / "var/run/cdi").mkdir(parents=True, exist_ok=True)
+        (roots[name] / "var/run/cdi/nvidia.yaml").write_text(
+            "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: GPU-0f1e2d3c-aaaa-bbbb-cccc-0123456789ab\n")
     for d in (srv.dir / "roots", srv.dir / "roots" / tag):
         d.chmod(0o755)
     return roots
