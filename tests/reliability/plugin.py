@@ -133,7 +133,8 @@ def _figures(figures: dict) -> str:
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    # "<ident>" would be an HTML tag to a markdown renderer, and vanish
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
 
 
 def render(data: dict) -> str:
