@@ -34,7 +34,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "reliability.json"
 DOC = ROOT / "docs" / "reliability.md"
-PROMISES = ("Secrets", "Faults", "Interruption", "Bad input", "TLS", "Concurrency", "False success")
+PROMISES = ("Secrets", "Faults", "Interruption", "Bad input", "TLS", "Concurrency", "False success", "Slips and races")
 _KEY = pytest.StashKey["Recorder"]()
 
 
