@@ -104,10 +104,10 @@ class CallbackModule(CallbackBase):
         raise KeyboardInterrupt()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
-        self._task = task.get_name()
+        self._task = task.name or task.get_name()
 
     def v2_playbook_on_handler_task_start(self, task):
-        self._task = task.get_name()
+        self._task = task.name or task.get_name()
 
     # -- what the run holds ----------------------------------------------------------------------
     def _record(self, result, failed: bool):
@@ -116,7 +116,7 @@ class CallbackModule(CallbackBase):
         action = result._task.action or ""
         if failed and host not in self._first and not result._task.ignore_errors:
             msg = res.get("msg") or res.get("reason") or "failed"
-            self._first[host] = f'"{result._task.get_name()}" failed: {" ".join(str(msg).split())}'
+            self._first[host] = f'"{result._task.name or result._task.get_name()}" failed: {" ".join(str(msg).split())}'
         if action.endswith("bcd_lock") or action.endswith("bcd_rollout"):
             args = result._task.args or {}
             if action.endswith("bcd_lock") and args.get("state") == "absent" and not failed:
@@ -175,7 +175,7 @@ class CallbackModule(CallbackBase):
             lock = self._locks.get(host)
             if lock:
                 lines.append(f"  {host}: the lock {lock['lease']} ({lock['holder']}) is held until {lock['until']} "
-                             "(bcd_lock_ttl); a run on this host takes it over at once once this process is gone")
+                             "(bcd_lock_ttl); once this process is gone, a run on this host takes it over at once")
                 parts.append(f"the lock until {lock['until']}")
             left_short.append(f"{host}: {', '.join(parts)}")
         lines.append(f"  clean up: run `{command}` again (with your other options): it revokes the token, deletes "
