@@ -139,8 +139,8 @@ class CallbackModule(CallbackBase):
         self._record(result, True)
 
     def v2_playbook_on_stats(self, stats):
+        # said at exit: after the recap and the warnings ansible-playbook prints last
         self._ended = True
-        self._say()
 
     def _at_exit(self):
         if os.getpid() != self._pid:
