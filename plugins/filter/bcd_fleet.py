@@ -59,7 +59,17 @@ def _adopt(hv, rec, joined_word):
     report = _get(hv, "bcd_daemonset_joined") if _get(hv, "bcd_daemonset_joined", "nodes") is not None else None
     report = report or _get(hv, "bcd_daemonset_report") or {}
     minted = 1 if _get(hv, "join_token_minted", "id") else 0
-    joined = _count(_get(hv, "bcd_daemonset_missing")) if minted else 0
+    # joined by this run: the nodes the token was for (to_join) that report now, as its uses count
+    # them; a node the control plane knew rejoins without a token and is not counted here
+    reporting = {n.get("name") for n in (_get(hv, "bcd_daemonset_joined", "nodes") or []) if isinstance(n, Mapping)
+                 and n.get("reporting")}
+    to_join = _get(hv, "bcd_daemonset_to_join")
+    if not minted:
+        joined = 0
+    elif isinstance(to_join, list) and reporting:
+        joined = len(set(to_join) & reporting)
+    else:
+        joined = _count(to_join if isinstance(to_join, list) else _get(hv, "bcd_daemonset_missing"))
     revoked = _count(_get(hv, "join_token_revoked", "revoked")) + _count(_get(hv, "join_token_stale", "revoked"))
     rec["tokens"] = {"minted": minted, "revoked": revoked}
     if "selected" in report:
@@ -155,7 +165,10 @@ def bcd_fleet_records(hostvars, hosts, playbook: str) -> list[dict]:
         name = next((str(hv[k]) for k in _CLUSTER_FACTS if hv.get(k)), None) or str(hv.get("bcd_cluster_name") or host)
         fail = _get(hv, "fleet_failure")
         failure = f"{fail.get('task')}: {fail.get('msg')}" if isinstance(fail, Mapping) else None
-        rec = {"cluster": name, "host": str(host), "playbook": playbook, "result": "failed" if failure else "ok",
+        # a cluster of a later wave that an earlier wave's failure stopped never started
+        unstarted = isinstance(fail, Mapping) and str(fail.get("msg") or "").startswith("not started")
+        rec = {"cluster": name, "host": str(host), "playbook": playbook,
+               "result": "not started" if unstarted else "failed" if failure else "ok",
                "failure": failure, "detail": None, "nodes": None, "tokens": {"minted": 0, "revoked": 0},
                "report_out": _report_out(hv), "report": None}
         _KINDS[playbook](hv, rec)
@@ -166,15 +179,21 @@ def bcd_fleet_records(hostvars, hosts, playbook: str) -> list[dict]:
 def bcd_fleet_lines(records: list[dict]) -> list[str]:
     """The printed summary: one line per cluster, then the verdict."""
     width = max([len(r["cluster"]) for r in records] + [7])
-    lines = [f"{'CLUSTER':<{width}}  RESULT  TOKENS (minted/revoked)  WHAT"]
+    result_width = 11 if any(r["result"] == "not started" for r in records) else 6
+    lines = [f"{'CLUSTER':<{width}}  {'RESULT':<{result_width}}  TOKENS (minted/revoked)  WHAT"]
     for r in records:
         what = r["detail"] or "-"
-        if r["failure"]:
+        if r["result"] == "not started":
+            what = r["failure"].split(": ", 1)[-1]
+        elif r["failure"]:
             what = f"{what}; FAILED at {r['failure']}" if r["detail"] else f"FAILED at {r['failure']}"
         tokens = f"{r['tokens']['minted']}/{r['tokens']['revoked']}"
-        lines.append(f"{r['cluster']:<{width}}  {r['result']:<6}  {tokens:<23}  {what}")
-    failed = [r["cluster"] for r in records if r["failure"]]
-    lines.append(f"{len(records)} cluster(s): " + (f"{len(failed)} failed ({', '.join(failed)})" if failed else "all ok"))
+        lines.append(f"{r['cluster']:<{width}}  {r['result']:<{result_width}}  {tokens:<23}  {what}")
+    failed = [r["cluster"] for r in records if r["failure"] and r["result"] != "not started"]
+    unstarted = [r["cluster"] for r in records if r["result"] == "not started"]
+    verdict = [f"{len(failed)} failed ({', '.join(failed)})"] if failed else []
+    verdict += [f"{len(unstarted)} not started ({', '.join(unstarted)})"] if unstarted else []
+    lines.append(f"{len(records)} cluster(s): " + (", ".join(verdict) if verdict else "all ok"))
     return lines
 
 

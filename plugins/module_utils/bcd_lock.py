@@ -127,7 +127,8 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
                     return {"changed": False, "holder": None, "took_over": None, "waited": 0.0}
                 try:
                     kube.create(path("leases", namespace=namespace), body())
-                    return {"changed": False, "holder": me, "took_over": None, "waited": round(time.monotonic() - started, 1)}
+                    return {"changed": False, "holder": me, "took_over": None, "waited": round(time.monotonic() - started, 1),
+                            "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl))}
                 except KubeError as exc:
                     if exc.status == 404:
                         fail(f"taking {where}: namespace {namespace} does not exist")
@@ -153,7 +154,9 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
                 took = None if holder in (me, "") else holder
                 if took and warn:
                     warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
-                return {"changed": False, "holder": me, "took_over": took, "waited": round(time.monotonic() - started, 1)}
+                # lease and until: what a run interrupted from now on leaves (the left_behind callback)
+                return {"changed": False, "holder": me, "took_over": took, "waited": round(time.monotonic() - started, 1),
+                        "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl))}
             since = _parse(spec.get("acquireTime"))
             if time.monotonic() - started >= wait:
                 fail(f"locked by {holder} (since {_utc(since)}, until {_utc(expires)}); "

@@ -102,6 +102,24 @@ def retry_reporter():
     return on_retry
 
 
+def progress_reporter():
+    """A ``say(text)`` that appends one progress line of a long wait (a rollout's gate) to
+    ``$BCD_PROGRESS_FILE``, which the action plugin prints as it comes; None when nothing reads it."""
+    import json
+    import os
+    import time
+
+    target = os.environ.get(PROGRESS_ENV)
+    if not target or not os.path.isfile(target):
+        return None
+
+    def say(text: str) -> None:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"kind": "progress", "text": text, "at": time.time()}) + "\n")
+
+    return say
+
+
 def control_plane(module, inv: Inventory, on_retry=None):
     """A control-plane client for the inventory; the API key comes from the no_log option
     ``api_key`` or $BETTER_COMPUTE_API_KEY, and is added to the module's no_log values. Its

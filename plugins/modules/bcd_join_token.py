@@ -123,6 +123,7 @@ secret_deleted:
 """
 
 import base64
+import datetime as dt
 import json
 
 from ansible.module_utils.basic import AnsibleModule
@@ -251,6 +252,23 @@ def present(module, inv, cp, core) -> None:
                      expires_at=answer.get("expiresAt"), secret=where, cp_requests=cp.requests)
 
 
+def usable(tok: dict) -> str:
+    """What a token that could not be revoked still allows: its uses left and its time left."""
+    try:
+        left = int(tok.get("maxUses")) - int(tok.get("uses") or 0)
+        uses = f"{left} of {tok.get('maxUses')} use(s) left"
+    except (TypeError, ValueError):
+        uses = "its uses left unknown"
+    expires = tok.get("expiresAt")
+    try:
+        at = dt.datetime.fromisoformat(str(expires).replace("Z", "+00:00"))
+        minutes = max(0, int((at - dt.datetime.now(dt.UTC)).total_seconds() // 60))
+        until = f"until {expires} ({minutes // 60} h {minutes % 60} min left)"
+    except ValueError:
+        until = f"until {expires or 'its TTL (bcd_token_ttl)'}"
+    return f"it stays usable to join a node: {uses}, {until}, when it lapses"
+
+
 def absent(module, inv, cp, core) -> None:
     p = module.params
     where = {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
@@ -267,7 +285,7 @@ def absent(module, inv, cp, core) -> None:
             cp.revoke_token(inv.bcd_tenant, tok["id"])
             revoked.append(tok["id"])
         except ControlPlaneError as exc:
-            failures.append(f"revoking token {tok['id']}: {exc}")
+            failures.append(f"revoking token {tok['id']}: {exc}; {usable(tok)}")
     secret_deleted, note = False, None
     if p["delete_secret"]:
         try:

@@ -115,15 +115,17 @@ waiting:
   type: bool
 lease:
   description: C(Lease <namespace>/<name>).
-  returned: when RV(waiting) is true
+  returned: when RV(waiting) is true, or the lock was taken
   type: str
 since:
   description: When the other run took the lock (UTC, C(2026-01-31T12:00:00Z)).
   returned: when RV(waiting) is true
   type: str
 until:
-  description: When the other run's lock expires unless renewed (UTC, C(2026-01-31T12:00:00Z)).
-  returned: when RV(waiting) is true
+  description:
+    - When the other run's lock expires unless renewed (UTC, C(2026-01-31T12:00:00Z)); once this run
+      took the lock, when its own expires (C(bcd_lock_ttl) from now) if it is never released.
+  returned: when RV(waiting) is true, or the lock was taken
   type: str
 """
 

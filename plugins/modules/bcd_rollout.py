@@ -110,7 +110,8 @@ options:
         live run holds fails the module at once with M(bcd.kubernetes.bcd_lock)'s message and
         C(holder); nothing is read. A failed read once the lock is held fails with C(lock_held) true
         (the caller releases the lock with M(bcd.kubernetes.bcd_lock) C(state=absent)).
-      - The result then also holds M(bcd.kubernetes.bcd_lock)'s C(holder), C(took_over) and C(waited).
+      - The result then also holds M(bcd.kubernetes.bcd_lock)'s C(holder), C(took_over), C(waited), C(lease) and
+        C(until).
     type: bool
     default: false
   cluster:
@@ -244,6 +245,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     control_plane,
     inventory,
     kube,
+    progress_reporter,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     ON_DELETE,
@@ -277,6 +279,9 @@ CHECK_SPACING_MAX = 15.0  # seconds: however slow the checks, a fatal pod is see
 ROLLBACK_SETTLE = 60.0
 # Seconds the gate sleeps at most when no pod or DaemonSet changes (lock renewal, check schedule).
 WAKE_MAX = 1.0
+# A gate's progress: a first line once it waited this long (s), then one every GATE_SAY_EVERY s
+GATE_FIRST_SAY = 10.0
+GATE_SAY_EVERY = 25.0
 # Seconds a watch follows the DaemonSet and its pods at most (stopped when the run ends).
 FOLLOW_FOR = 24 * 3600.0
 FAILED_IN_MSG = 3  # failed nodes named with their reason in the failure message
@@ -325,6 +330,8 @@ class Rollout:
         self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
         self.available_before: int | None = None  # the DaemonSet's numberAvailable when state=run began
         self.lock_result: dict = {}  # with take_lock: bcd_lock's result, returned with the status
+        self.say = progress_reporter()  # the gate's progress lines, printed by the action plugin
+        self.gate_label = ""
         # the DaemonSet and its pods, listed once and then followed by a watch (bcd_watch), so
         # the gate wakes on each change and never lists the pods again to find one
         self.changed = threading.Event()
@@ -751,6 +758,8 @@ class Rollout:
         deadline = started + self.inv.bcd_rollout_gate_timeout
         soak = self.inv.bcd_rollout_soak
         self.standing = Standing()
+        # a line once the gate has waited GATE_FIRST_SAY s, then every GATE_SAY_EVERY s
+        said_at, unhealthy = started + GATE_FIRST_SAY - GATE_SAY_EVERY, len(nodes)
         full_every = max(2 * self.interval, 1.0)
         last_full, last_version, spacing = started, None, full_every
         healthy_since = None  # when every node of the stage was first seen healthy
@@ -771,6 +780,7 @@ class Rollout:
                 last_full = time.monotonic()
                 took = last_full - now if listed else 0.0
                 spacing = max(full_every, min(CHECK_SPACING * took, CHECK_SPACING_MAX))
+                unhealthy = len(problems)
                 if problems and healthy_since is not None and listed:
                     into = last_full - healthy_since
                     return {n: f"{why} ({into:.0f}s into the {soak}s soak, after it was healthy)"
@@ -785,6 +795,14 @@ class Rollout:
                 elif final:
                     return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
             until = deadline if healthy_since is None else healthy_since + soak
+            if self.say and time.monotonic() - said_at >= GATE_SAY_EVERY:
+                said_at = time.monotonic()
+                waited = said_at - started
+                state = (f"all {len(nodes)} node(s) healthy, soaking ({said_at - healthy_since:.0f}s of {soak}s, "
+                         "bcd_rollout_soak)" if healthy_since is not None
+                         else f"{len(nodes) - unhealthy} of {len(nodes)} node(s) healthy")
+                self.say(f"{self.gate_label or 'rollout'}: {state} (waited {waited:.0f}s of "
+                         f"{self.inv.bcd_rollout_gate_timeout}s; bcd_rollout_gate_timeout sets the limit)")
             due_at = last_full + (full_every if healthy_since is not None else spacing)
             # woken by the watches at each change of a pod or the DaemonSet; at least every
             # second, for the lock's renewal and the schedule of full checks
@@ -841,6 +859,8 @@ class Rollout:
                 self.events_since = _rfc3339()
                 self.delete_pods(doomed)
                 rolled += stage["nodes"]
+                self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(stage['nodes'])} node(s) "
+                                   f"to {target.rsplit('/', 1)[-1]})")
                 problems = self.gate(ds, rolled, revision, target, baseline, timings, expect_updated=already + len(rolled))
                 record["seconds"] = round(time.monotonic() - t0, 1)
                 if problems:
@@ -906,6 +926,7 @@ class Rollout:
             out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)
             timings.clear()
             timings["_stage"] = time.monotonic()
+            self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {(container_image(prev_ds) or '?').rsplit('/', 1)[-1]}"
             problems = self.gate(ds, out["nodes"], revision, container_image(prev_ds), baseline, {})
             self.apply(prev_ds)
             if problems:
@@ -982,7 +1003,7 @@ def main() -> None:
                         holder_identity(module.params["run"]), check_mode=module.check_mode, warn=module.warn)
         if taken.pop("failed", False):
             module.fail_json(**taken)
-        rollout.lock_result = {k: taken.get(k) for k in ("holder", "took_over", "waited")}
+        rollout.lock_result = {k: taken.get(k) for k in ("holder", "took_over", "waited", "lease", "until")}
     try:
         if module.params["state"] == "status":
             rollout.status()

@@ -210,6 +210,10 @@ class RetryWatch:
             stopping = self._stop.wait(0.5)
             now = time.time()
             for e in self._events():
+                if e.get("kind") == "progress":
+                    # a long wait of the module's own (a rollout's gate): printed as it comes
+                    say(self.host, str(e.get("text", "")))
+                    continue
                 if e.get("kind") == "ended":
                     # answered (or failed for good: the task's error says so, once)
                     if self._told and not e.get("code"):

@@ -127,3 +127,27 @@ def test_the_connection_is_the_render_s_else_the_inputs_with_their_defaults():
     assert bcd_kube_source(hv, "a") == "kubeconfig /k, context c, server https://x"
     assert bcd_kube_source(hv, "b") == "kubeconfig /etc/bcd/kube, context east"
     assert bcd_kube_source(hv, "c") == "kubeconfig from KUBECONFIG or ~/.kube/config, context its current context"
+
+
+def test_a_cluster_a_failed_wave_stopped_is_not_started_not_failed():
+    hv = {"west": {"rollout_run": "r1", "fleet_failure": {"task": "Wait for the gate", "msg": "gpu-node-1 crashed"}},
+          "east": {"rollout_run": "r2", "fleet_failure": {
+              "task": "Stop when a cluster of an earlier wave failed (already rolled clusters stay rolled)",
+              "msg": "not started: cluster(s) west of an earlier wave failed (bcd_rollout_cluster_waves); rolled in "
+                     "earlier waves: none"}}}
+    recs = bcd_fleet_records(hv, ["west", "east"], "rollout")
+    assert [r["result"] for r in recs] == ["failed", "not started"]
+    lines = bcd_fleet_lines(recs)
+    assert lines[-1] == "2 cluster(s): 1 failed (west), 1 not started (east)"
+    assert " ".join(lines[2].split()).startswith("east not started 0/0 not started: cluster(s) west of an earlier wave")
+
+
+def test_joined_by_this_run_counts_the_token_s_nodes_that_report_not_the_rejoined():
+    # gpu-node-2 was known to the control plane (offline): it rejoins without a token
+    hv = {"east": adopted("east", join_token_minted={"id": "jt_1", "max_uses": 1}, bcd_daemonset_missing=["n1", "n2"],
+                          bcd_daemonset_to_join=["n1"],
+                          bcd_daemonset_joined={"selected": 2, "reporting": 2, "nodes": [
+                              {"name": "n1", "reporting": True}, {"name": "n2", "reporting": True}]})}
+    [rec] = bcd_fleet_records(hv, ["east"], "adopt-cluster")
+    assert rec["nodes"]["joined"] == 1
+    assert rec["detail"] == "2 of 2 selected node(s) report, 1 joined by this run"
