@@ -358,6 +358,15 @@ class Probe:
 
     # -- containerd ------------------------------------------------------------------------
 
+    def _record(self, kind: str, p: dict, **fields) -> dict:
+        """One runtime's answer, empty but for what the process table says (RETURN runtime.runtimes[])."""
+        return {
+            "kind": kind, "pid": p["pid"], "binary": self._binary(p), "started": _iso(p["started"]),
+            "started_epoch": p["started"], "version": None, "running": None, "running_source": None,
+            "running_error": None, "files": None, "files_error": None, "loaded_files": [], "changed_since_start": [],
+            **fields,
+        }
+
     def containerd(self, p: dict) -> dict:
         argv = p["argv"]
         flagged = config_flag(argv[1:])
@@ -367,13 +376,8 @@ class Probe:
                 address = argv[i + 1]
             elif a.startswith(("--address=", "-a=")):
                 address = a.split("=", 1)[1]
-        r = {
-            "kind": "containerd", "pid": p["pid"], "argv": argv, "binary": self._binary(p),
-            "started": _iso(p["started"]), "started_epoch": p["started"],
-            "config": flagged or CONTAINERD_ROOT, "config_from": "--config" if flagged else "default",
-            "version": None, "address": address, "running": None, "running_source": None, "running_error": None,
-            "files": None, "files_error": None, "loaded_files": [], "changed_since_start": [],
-        }
+        r = self._record("containerd", p, argv=argv, config=flagged or CONTAINERD_ROOT,
+                         config_from="--config" if flagged else "default", address=address)
         binary = r["binary"]
         if not binary:
             r["files_error"] = f"the binary of containerd (pid {p['pid']}) cannot be found ({p['exe'] or argv[0]})"
@@ -478,12 +482,7 @@ class Probe:
     # -- CRI-O ------------------------------------------------------------------------------
 
     def crio(self, p: dict) -> dict:
-        r = {
-            "kind": "cri-o", "pid": p["pid"], "argv": p["argv"], "binary": self._binary(p),
-            "started": _iso(p["started"]), "started_epoch": p["started"], "config": None, "config_from": None,
-            "version": None, "address": CRIO_ADDRESS, "running": None, "running_source": None, "running_error": None,
-            "files": None, "files_error": None, "loaded_files": [], "changed_since_start": [],
-        }
+        r = self._record("cri-o", p, argv=p["argv"], config=None, config_from=None, address=CRIO_ADDRESS)
         binary = r["binary"]
         if not binary:
             r["files_error"] = f"the binary of crio (pid {p['pid']}) cannot be found"
