@@ -36,6 +36,7 @@ nitpicky = True
 ANSIBLE_DOCS = "https://docs.ansible.com/projects/ansible/latest/"
 ANSIBLE_LABELS = {
     "action_plugins": ("plugins/action.html", "Action plugins"),
+    "callback_plugins": ("plugins/callback.html", "Callback plugins"),
     "common_return_values": ("reference_appendices/common_return_values.html", "Return Values"),
     "ansible_configuration_settings": ("reference_appendices/config.html", "Ansible Configuration Settings"),
 }
