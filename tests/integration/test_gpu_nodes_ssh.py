@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -140,6 +141,19 @@ def secrets_of(sandbox) -> list[str]:
     return World(sandbox).secrets()
 
 
+def node_rows(stdout: str, name: str) -> list[tuple[str, str]]:
+    """Each per-node table row (NODE VERDICT READY SOURCE NODE FILES) of `name` in the output, as
+    (verdict, node files): parsed by column, so a new column or a wider one keeps the test true."""
+    row = re.compile(rf"^\s*{re.escape(name)}\s+(\S+)\s+\S+\s+\S+\s+(.+?)\s*$", re.M)
+    return [(m[1], m[2]) for m in row.finditer(stdout) if m[2].startswith(("over SSH", "from "))]
+
+
+def assert_isolated_over_ssh(stdout: str, name: str) -> None:
+    """The node is isolated, its files read over SSH from its own host, in every row naming it."""
+    rows = node_rows(stdout, name)
+    assert rows and all(r == ("isolated", f"over SSH from {name}") for r in rows), (name, rows, stdout[-3000:])
+
+
 def test_gpu_stack_over_ssh_with_become_then_testinfra(sandbox, server, isolated_policy, ctk, reliability):
     srv = server
     reliability.describe("Secrets", "gpu-stack.yml packages mode over real SSH (OpenSSH, sudo), -vvvv; "
@@ -154,7 +168,7 @@ def test_gpu_stack_over_ssh_with_become_then_testinfra(sandbox, server, isolated
     assert first.returncode == 0, out[-5000:]
     assert recap(first.stdout)["sandbox"]["changed"] > 0
     for name in names:
-        assert f"{name}  isolated      over SSH from {name}" in first.stdout, first.stdout[-3000:]
+        assert_isolated_over_ssh(first.stdout, name)
     assert f"ESTABLISH SSH CONNECTION FOR USER: {USER}" in out, "really over SSH"
     flat = " ".join(out.split())
     for name in names:  # no driver on these nodes: said plainly, naming the node
@@ -228,7 +242,7 @@ def test_a_node_with_a_sudo_password_or_a_changed_host_key_is_unverifiable_and_t
     assert f"GPU isolation: {pw_node} is unverifiable" in flat or f"{pw_node} is unverifiable" in flat, flat[-3000:]
     assert f"{key_node} is unverifiable" in flat, flat[-3000:]
     for name in good:  # the others were configured and verified
-        assert f"{name}  isolated      over SSH from {name}" in run.stdout
+        assert_isolated_over_ssh(run.stdout, name)
         assert KEY_LINE in (roots[name] / TOOLKIT.lstrip("/")).read_text()
     for name, files in untouched.items():
         now = sorted((p.relative_to(roots[name]), p.read_bytes()) for p in roots[name].rglob("*") if p.is_file())
