@@ -241,6 +241,13 @@ def test_a_node_with_a_sudo_password_or_a_changed_host_key_is_unverifiable_and_t
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in out or "Host key verification failed" in out
     assert f"GPU isolation: {pw_node} is unverifiable" in flat or f"{pw_node} is unverifiable" in flat, flat[-3000:]
     assert f"{key_node} is unverifiable" in flat, flat[-3000:]
+    # the cluster check itself names why each node could not be read, not only the configure step
+    for name in (pw_node, key_node):
+        rows = node_rows(run.stdout, name)
+        assert rows and all(verdict == "unverifiable" for verdict, _ in rows), (name, rows)
+    assert re.search(rf"the node files of {pw_node} could not be read \(over SSH from {pw_node}\): [^()]*sudo password",
+                     flat), flat[-3000:]
+    assert f"the node files of {key_node} could not be read (over SSH from {key_node}): " in flat, flat[-3000:]
     for name in good:  # the others were configured and verified
         assert_isolated_over_ssh(run.stdout, name)
         assert KEY_LINE in (roots[name] / TOOLKIT.lstrip("/")).read_text()
