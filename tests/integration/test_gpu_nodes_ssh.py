@@ -27,7 +27,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.helpers import ROOT, recap, run_playbook
+from tests.helpers import ROOT, node_rows, recap, run_playbook
 from tests.secrets_scan import find_in_files, find_in_text
 from tests.sshnodes import SshServer, ensure_packages
 
@@ -141,17 +141,10 @@ def secrets_of(sandbox) -> list[str]:
     return World(sandbox).secrets()
 
 
-def node_rows(stdout: str, name: str) -> list[tuple[str, str]]:
-    """Each per-node table row (NODE VERDICT READY SOURCE NODE FILES) of `name` in the output, as
-    (verdict, node files): parsed by column, so a new column or a wider one keeps the test true."""
-    row = re.compile(rf"^\s*{re.escape(name)}\s+(\S+)\s+\S+\s+\S+\s+(.+?)\s*$", re.M)
-    return [(m[1], m[2]) for m in row.finditer(stdout) if m[2].startswith(("over SSH", "from "))]
-
-
 def assert_isolated_over_ssh(stdout: str, name: str) -> None:
     """The node is isolated, its files read over SSH from its own host, in every row naming it."""
     rows = node_rows(stdout, name)
-    assert rows and all(r == ("isolated", f"over SSH from {name}") for r in rows), (name, rows, stdout[-3000:])
+    assert rows and all((r[0], r[3]) == ("isolated", f"over SSH from {name}") for r in rows), (name, rows, stdout[-3000:])
 
 
 def test_gpu_stack_over_ssh_with_become_then_testinfra(sandbox, server, isolated_policy, ctk, reliability):
@@ -244,7 +237,7 @@ def test_a_node_with_a_sudo_password_or_a_changed_host_key_is_unverifiable_and_t
     # the cluster check itself names why each node could not be read, not only the configure step
     for name in (pw_node, key_node):
         rows = node_rows(run.stdout, name)
-        assert rows and all(verdict == "unverifiable" for verdict, _ in rows), (name, rows)
+        assert rows and all(r[0] == "unverifiable" for r in rows), (name, rows)
     assert re.search(rf"the node files of {pw_node} could not be read \(over SSH from {pw_node}\): [^()]*sudo password",
                      flat), flat[-3000:]
     assert f"the node files of {key_node} could not be read (over SSH from {key_node}): " in flat, flat[-3000:]
