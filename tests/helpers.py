@@ -7,6 +7,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -158,3 +159,11 @@ def assert_takeover_previewed(stdout: str) -> None:
     assert any("extra.toml" in line for line in removed)
     assert any("last-applied-configuration" in line for line in removed)
     assert "nothing to do" not in stdout
+
+
+def node_rows(stdout: str, name: str) -> list[tuple[str, str, str, str]]:
+    """Each row of `name` in the per-node isolation table (NODE VERDICT READY SOURCE NODE FILES)
+    printed in a playbook's output, as (verdict, ready, source, node files). Parsed by column, so a
+    new or wider column does not make a test miss the row."""
+    row = re.compile(rf"^\s*{re.escape(name)}\s+(\S+)\s+(\S+)\s+(\S+)\s+(.+?)\s*$", re.M)
+    return [(m[1], m[2], m[3], m[4]) for m in row.finditer(stdout) if m[4].startswith(("over SSH", "from "))]

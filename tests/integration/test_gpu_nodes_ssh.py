@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.helpers import ROOT, recap, run_playbook
+from tests.helpers import ROOT, node_rows, recap, run_playbook
 from tests.secrets_scan import find_in_files, find_in_text
 from tests.sshnodes import SshServer, ensure_packages
 
@@ -140,6 +141,12 @@ def secrets_of(sandbox) -> list[str]:
     return World(sandbox).secrets()
 
 
+def assert_isolated_over_ssh(stdout: str, name: str) -> None:
+    """The node is isolated, its files read over SSH from its own host, in every row naming it."""
+    rows = node_rows(stdout, name)
+    assert rows and all((r[0], r[3]) == ("isolated", f"over SSH from {name}") for r in rows), (name, rows, stdout[-3000:])
+
+
 def test_gpu_stack_over_ssh_with_become_then_testinfra(sandbox, server, isolated_policy, ctk, reliability):
     srv = server
     reliability.describe("Secrets", "gpu-stack.yml packages mode over real SSH (OpenSSH, sudo), -vvvv; "
@@ -154,7 +161,7 @@ def test_gpu_stack_over_ssh_with_become_then_testinfra(sandbox, server, isolated
     assert first.returncode == 0, out[-5000:]
     assert recap(first.stdout)["sandbox"]["changed"] > 0
     for name in names:
-        assert f"{name}  isolated      over SSH from {name}" in first.stdout, first.stdout[-3000:]
+        assert_isolated_over_ssh(first.stdout, name)
     assert f"ESTABLISH SSH CONNECTION FOR USER: {USER}" in out, "really over SSH"
     flat = " ".join(out.split())
     for name in names:  # no driver on these nodes: said plainly, naming the node
@@ -227,8 +234,15 @@ def test_a_node_with_a_sudo_password_or_a_changed_host_key_is_unverifiable_and_t
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in out or "Host key verification failed" in out
     assert f"GPU isolation: {pw_node} is unverifiable" in flat or f"{pw_node} is unverifiable" in flat, flat[-3000:]
     assert f"{key_node} is unverifiable" in flat, flat[-3000:]
+    # the cluster check itself names why each node could not be read, not only the configure step
+    for name in (pw_node, key_node):
+        rows = node_rows(run.stdout, name)
+        assert rows and all(r[0] == "unverifiable" for r in rows), (name, rows)
+    assert re.search(rf"the node files of {pw_node} could not be read \(over SSH from {pw_node}\): [^()]*sudo password",
+                     flat), flat[-3000:]
+    assert f"the node files of {key_node} could not be read (over SSH from {key_node}): " in flat, flat[-3000:]
     for name in good:  # the others were configured and verified
-        assert f"{name}  isolated      over SSH from {name}" in run.stdout
+        assert_isolated_over_ssh(run.stdout, name)
         assert KEY_LINE in (roots[name] / TOOLKIT.lstrip("/")).read_text()
     for name, files in untouched.items():
         now = sorted((p.relative_to(roots[name]), p.read_bytes()) for p in roots[name].rglob("*") if p.is_file())

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.helpers import ROOT, recap, run_playbook
+from tests.helpers import ROOT, node_rows, recap, run_playbook
 
 pytestmark = pytest.mark.sandbox
 
@@ -407,7 +407,9 @@ def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     run = run_playbook("gpu-stack.yml", *args)
     assert run.returncode == 0, run.stdout[-4000:]
     for name in roots:
-        assert f"{name}  isolated      ready      from {name} (connection local)" in run.stdout
+        rows = node_rows(run.stdout, name)
+        assert rows and all((r[0], r[1], r[3]) == ("isolated", "ready", f"from {name} (connection local)")
+                            for r in rows), (name, rows, run.stdout[-3000:])
     assert recap(run_playbook("gpu-stack.yml", *args).stdout)["sandbox"]["changed"] == 0
 
     # without node access, packages mode cannot prove anything
