@@ -96,6 +96,7 @@ VALID = {
     "bcd_rollout_soak": "30s",
     "bcd_lock_ttl": "30m",
     "bcd_allow_node_loss": False,
+    "bcd_rollout_all_at_once": False,
     "bcd_drift_allowed_paths": ['spec.template.metadata.annotations["example.com/team"]'],
 }
 
@@ -301,6 +302,7 @@ INVALID = {
     "bcd_release_force": not_bool,
     "bcd_adopt_foreign_objects": not_bool,
     "bcd_allow_node_loss": not_bool,
+    "bcd_rollout_all_at_once": not_bool,
     "bcd_drift_allowed_paths": st.one_of(
         not_list, st.sampled_from([["spec"], ["spec.template"], ["status.x"], ["spec.template.spec.volumes[a"], [5], [""],
                                    ["data"], [" spec.template.spec.hostPID"]])),
