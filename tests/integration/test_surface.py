@@ -115,6 +115,8 @@ def _foreign_edits(sandbox) -> None:
 
 def test_foreign_fields_fail_the_audit_and_adopt_restores_the_render(sandbox, tmp_path, cp, cpvars):
     tokens = len(list(cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])))
+    # an operator's `kubectl rollout restart` too: the restore must leave its annotation alone
+    sandbox.kubectl("rollout", "restart", "daemonset/bcd", "-n", NS)
     _foreign_edits(sandbox)
     try:
         settle(sandbox)
