@@ -89,3 +89,9 @@ def test_waves_are_validated(tmp_path):
     run = run_playbook("rollout.yml", "-e", json.dumps({"bcd_rollout_cluster_waves": [0]}))
     assert run.returncode != 0
     assert "INVALID_CONFIG: bcd_rollout_cluster_waves: 0 must be at least 1" in run.stdout, run.stdout[-2000:]
+    # values Ansible's own serial cannot read: refused by the same validation, never a traceback
+    for waves in ("abc", ["10: x"], {"10": "x"}):
+        run = run_playbook("rollout.yml", "-e", json.dumps({"bcd_rollout_cluster_waves": waves}))
+        out = run.stdout + run.stderr
+        assert run.returncode != 0 and "Traceback" not in out and "Unexpected Exception" not in out, out[-2000:]
+        assert "INVALID_CONFIG: bcd_rollout_cluster_waves" in run.stdout, (waves, run.stdout[-2000:])
