@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -167,3 +168,22 @@ def node_rows(stdout: str, name: str) -> list[tuple[str, str, str, str]]:
     new or wider column does not make a test miss the row."""
     row = re.compile(rf"^\s*{re.escape(name)}\s+(\S+)\s+(\S+)\s+(\S+)\s+(.+?)\s*$", re.M)
     return [(m[1], m[2], m[3], m[4]) for m in row.finditer(stdout) if m[4].startswith(("over SSH", "from "))]
+
+
+def install_debian_packages(packages: list[str]) -> str | None:
+    """Install Debian ``packages`` with apt-get (updating the package lists once if the install
+    fails on stale ones). None when done; else why they cannot be, for a test to skip or fail on."""
+    names = " ".join(packages)
+    if os.geteuid() != 0:
+        return f"{names} is not installed, and installing it needs root"
+    if not shutil.which("apt-get"):
+        return f"{names} is not installed, and this machine has no apt-get to install it"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    if run.returncode != 0:  # a stale package list: update it once and try again
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600, check=False)
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    if run.returncode != 0:
+        return f"apt-get install {names} failed: {(run.stdout + run.stderr)[-500:]}"
+    return None

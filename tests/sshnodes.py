@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers import install_debian_packages
+
 SSHD = Path("/usr/sbin/sshd")
 SUDO = Path("/usr/bin/sudo")
 SFTP = Path("/usr/lib/openssh/sftp-server")
@@ -34,19 +36,10 @@ def ensure_packages() -> str | None:
     """None when sshd and sudo are there (installed now if need be); else why they cannot be."""
     if SSHD.exists() and SUDO.exists():
         return None
-    if os.geteuid() != 0:
-        return "openssh-server or sudo is not installed, and installing them needs root"
-    if not shutil.which("apt-get"):
-        return "openssh-server or sudo is not installed, and this machine has no apt-get to install them"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server", "sudo"]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if run.returncode != 0:  # a stale package list: update it once and try again
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600, check=False)
-        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if run.returncode != 0 or not SSHD.exists() or not SUDO.exists():
-        return f"apt-get install openssh-server sudo failed: {(run.stdout + run.stderr)[-500:]}"
-    return None
+    why = install_debian_packages(["openssh-server", "sudo"])
+    if why is None and not (SSHD.exists() and SUDO.exists()):
+        why = "apt-get install openssh-server sudo left sshd or sudo missing"
+    return why
 
 
 def free_port() -> int:

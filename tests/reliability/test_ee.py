@@ -38,7 +38,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from tests.helpers import ROOT, VENV_BIN
+from tests.helpers import ROOT, VENV_BIN, install_debian_packages
 from tests.reliability.harness import INVENTORY_IMAGE, baseline_ok, daemonset_image
 from tests.reliability.test_runner import DEAD, Job, scan
 from tests.secrets_scan import find_in_text
@@ -85,13 +85,10 @@ def ee_image() -> str:
     # a new machine lacks the build's Debian tools: install them as the kind test bed does, or say why not
     missing = [tool for tool in ("podman", "mmdebstrap") if not shutil.which(tool)]
     if missing:
-        if os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip(f"the EE build needs {', '.join(missing)} (Debian packages) and this test installs them "
-                        "only as root with apt-get")
-        for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False,
-                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-            assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        why = install_debian_packages(missing)
+        if why is not None and (os.geteuid() != 0 or not shutil.which("apt-get")):
+            pytest.skip(f"the EE build needs {', '.join(missing)} (Debian packages): {why}")
+        assert why is None, why
     run = subprocess.run([str(VENV_BIN / "python"), str(ROOT / "scripts" / "build_ee.py")], capture_output=True,
                          text=True, timeout=3600, check=False)
     assert run.returncode == 0, f"building the EE image failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
