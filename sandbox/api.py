@@ -1,7 +1,7 @@
 """A small Python handle on a sandbox, for tests and playbook tests.
 
     from sandbox.api import Sandbox
-    sb = Sandbox()                 # $SANDBOX_DIR, else <repo>/.sandbox
+    sb = Sandbox()                 # $SANDBOX_DIR (else pass dir=...)
     sb.up()                        # idempotent; python -m sandbox up
     sb.kubectl("get", "nodes")     # CompletedProcess, --kubeconfig added, check=True
     core = kubernetes.client.CoreV1Api(sb.api_client())
@@ -32,7 +32,7 @@ class NotUp(RuntimeError):
 
 @dataclass
 class Sandbox:
-    """The sandbox whose state directory is ``dir`` (default: ``sandbox.proc.sandbox_dir()``)."""
+    """The sandbox whose state directory is ``dir`` (default ``$SANDBOX_DIR``: ``sandbox.proc.sandbox_dir()``)."""
 
     dir: Path = field(default_factory=proc.sandbox_dir)
 

@@ -2,9 +2,12 @@
 
 Exit status 0 on success; 1 when a component fails to start (named, with the end of its log), a
 build fails, ``status`` finds the sandbox not up, or ``down`` leaves something behind.
-The sandbox directory is ``--dir DIR``, else ``--name NAME`` (``<repo>/.sandbox-NAME``), else
-``$SANDBOX_DIR``, else ``<repo>/.sandbox``: several sandboxes run side by side, each in its own
-directory with its own free ports (``python -m sandbox --name a up --nodes 2``).
+The sandbox directory is ``--dir DIR``, else ``--name NAME`` (``<root>/.sandbox-NAME``), else
+``$SANDBOX_DIR``, else ``<root>/.sandbox``: several sandboxes run side by side, each in its own
+directory with its own free ports (``python -m sandbox --name a up --nodes 2``). The kind test
+bed's is ``$KIND_DIR``, else ``<root>/.kind``. ``<root>`` is the bcd-ansible checkout the package
+runs from (where inventories/sandbox and inventories/kind look), else the current directory; the
+package below this command line only uses the directory it is given.
 """
 
 from __future__ import annotations
@@ -54,12 +57,20 @@ def _status(args) -> int:
     return 0 if ok else 1
 
 
+def default_root() -> Path:
+    """Where the default state directories go: the bcd-ansible checkout this package runs from (an
+    editable install or ``python -m sandbox`` at its top), else the current directory."""
+    checkout = Path(__file__).resolve().parent.parent
+    return checkout if (checkout / "galaxy.yml").is_file() and (checkout / "inventories").is_dir() else Path.cwd()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.splitlines()[0])
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--dir", metavar="DIR", help="the sandbox's directory (default $SANDBOX_DIR, else <repo>/.sandbox)")
+    where.add_argument("--dir", metavar="DIR", help="the sandbox's directory (default $SANDBOX_DIR, else <root>/.sandbox, "
+                       "<root> being the checkout, else the current directory)")
     where.add_argument("--name", metavar="NAME",
-                       help="a sandbox beside the others, in <repo>/.sandbox-NAME (letters, digits, '-', '_')")
+                       help="a sandbox beside the others, in <root>/.sandbox-NAME (letters, digits, '-', '_')")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start the sandbox (idempotent); SANDBOX_NODES GPU nodes (default 3)")
     p_up.add_argument("--nodes", type=int, help="GPU nodes to ensure (overrides SANDBOX_NODES)")
@@ -89,10 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", args.name):
         parser.error(f"--name {args.name!r}: letters, digits, '-' and '_' only, at most 63")
+    # Every command (and what it starts) reads its directory from SANDBOX_DIR / KIND_DIR; the
+    # checkout's defaults are chosen here, never inside the package.
+    root = default_root()
     if args.dir or args.name:
-        # Every command (and what it starts) reads the directory from SANDBOX_DIR.
-        os.environ["SANDBOX_DIR"] = str(Path(args.dir).resolve() if args.dir
-                                        else Path(__file__).resolve().parent.parent / f".sandbox-{args.name}")
+        os.environ["SANDBOX_DIR"] = str(Path(args.dir).resolve() if args.dir else root / f".sandbox-{args.name}")
+    elif not os.environ.get("SANDBOX_DIR"):
+        os.environ["SANDBOX_DIR"] = str(root / ".sandbox")
+    if not os.environ.get("KIND_DIR"):
+        os.environ["KIND_DIR"] = str(root / ".kind")
 
     if args.cmd == "kind":
         from sandbox import kind

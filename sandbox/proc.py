@@ -4,7 +4,8 @@ Every long-running process of the sandbox (etcd, the Kubernetes components, KWOK
 control-plane emulator) is started with :func:`spawn`, so ``sandbox down`` can stop exactly the
 processes it started, by pid, and nothing else.
 
-Layout under the sandbox directory (default ``.sandbox``, or ``$SANDBOX_DIR``):
+Layout under the sandbox directory (passed in, or ``$SANDBOX_DIR``; the package never derives one
+from where it is installed: ``python -m sandbox`` picks a checkout's default):
 ``pids/<name>.pid`` holds ``<pid> <start time in clock ticks>`` (the start time guards against a
 recycled pid); ``logs/<name>.log`` holds the process's stdout and stderr.
 """
@@ -23,12 +24,18 @@ class StartError(RuntimeError):
     """A component did not start: names it and carries the tail of its log."""
 
 
-def sandbox_dir(root: Path | None = None) -> Path:
-    """The sandbox state directory: ``$SANDBOX_DIR``, else ``<repo>/.sandbox``."""
+class NoStateDir(StartError):
+    """No state directory was passed in and ``$SANDBOX_DIR`` is not set."""
+
+
+def sandbox_dir() -> Path:
+    """The sandbox state directory when none is passed in: ``$SANDBOX_DIR`` (the command line sets it
+    from ``--dir``, ``--name`` or its default); raises :class:`NoStateDir` when it is not set."""
     env = os.environ.get("SANDBOX_DIR")
-    if env:
-        return Path(env).resolve()
-    return (root or Path(__file__).resolve().parent.parent) / ".sandbox"
+    if not env:
+        raise NoStateDir("sandbox: no state directory: pass one (python -m sandbox --dir DIR, "
+                         "Sandbox(dir=...)) or set SANDBOX_DIR")
+    return Path(env).resolve()
 
 
 def _start_ticks(pid: int) -> str | None:

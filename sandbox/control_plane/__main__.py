@@ -16,7 +16,7 @@ Commands:
         set a condition of a joined node as nodes.list shows it (STATUS True, False, Unknown,
         or clear to remove it)
 
-DIR: --dir, else $SANDBOX_DIR, else <repo>/.sandbox. Secrets (the API key, tokens) are never
+DIR: --dir, else $SANDBOX_DIR. Secrets (the API key, tokens) are never
 printed; the API key is in <dir>/control-plane.yml (0600).
 """
 
@@ -85,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reason", default="")
     p.add_argument("--message", default="")
     args = parser.parse_args(argv)
-    sdir = (args.dir or proc.sandbox_dir()).resolve()
+    try:
+        sdir = (args.dir or proc.sandbox_dir()).resolve()
+    except proc.NoStateDir as exc:
+        parser.error(str(exc))
 
     if args.cmd == "serve":
         from sandbox.control_plane.config import SeedError

@@ -23,7 +23,9 @@ from sandbox import proc
 from sandbox.control_plane.config import BASE_PATH, Paths
 
 NAME = "control-plane"
-REPO = Path(__file__).resolve().parents[2]
+# The directory the sandbox package is imported from, so the emulator's interpreter imports this
+# very package whether it runs from a checkout or from an installed copy.
+IMPORT_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
 
 
@@ -63,8 +65,8 @@ def start(sdir: Path, kubeconfig: Path | None, listen: str | None = None) -> Non
         argv += ["--kubeconfig", str(Path(kubeconfig).resolve())]
     if listen:
         argv += ["--listen", listen]
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    pid = proc.spawn(sdir, NAME, argv, env={"PYTHONPATH": pythonpath}, cwd=REPO)
+    pythonpath = os.pathsep.join(p for p in (str(IMPORT_ROOT), os.environ.get("PYTHONPATH")) if p)
+    pid = proc.spawn(sdir, NAME, argv, env={"PYTHONPATH": pythonpath}, cwd=sdir)
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         proc.ensure_running(sdir, NAME)

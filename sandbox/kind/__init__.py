@@ -50,7 +50,7 @@ Requirements: root, podman, runc, mmdebstrap, uidmap, the CNI plugins, netavark 
 (installed with apt-get when missing and running as root; otherwise ``up`` stops, naming the
 packages), gcc (the pause image), Go (the builds). PodSecurity admission is kubeadm's API server
 default, as in the KWOK sandbox. The cluster's admin kubeconfig is ``<dir>/kubeconfig``, the
-directory being ``$KIND_DIR`` (default ``<repo>/.kind``); the cluster's name is
+directory being ``$KIND_DIR`` (``python -m sandbox kind`` defaults it to ``.kind`` in the checkout); the cluster's name is
 ``$KIND_CLUSTER_NAME`` (default ``bcd-kind``). kind clusters are global to the machine (podman
 containers named ``<name>-control-plane``, ``<name>-worker``, ``<name>-worker2``).
 """
@@ -77,7 +77,6 @@ import yaml
 from sandbox import build, cluster, crictl, proc
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 SUITE = "bookworm"
 # The rootfs of the node image: kind's base-image package set on Debian's own containerd and runc.
 ROOTFS_PACKAGES = (
@@ -140,9 +139,12 @@ def cluster_name() -> str:
 
 
 def kind_dir() -> Path:
-    """``$KIND_DIR``, else ``<repo>/.kind``: the kind config, the admin kubeconfig, logs."""
+    """``$KIND_DIR`` (``python -m sandbox kind`` sets it, default ``.kind`` beside the sandbox's
+    default): the kind config, the admin kubeconfig, logs. Raises NoStateDir when it is not set."""
     env = os.environ.get("KIND_DIR")
-    return Path(env).resolve() if env else ROOT / ".kind"
+    if not env:
+        raise proc.NoStateDir("sandbox kind: no state directory: set KIND_DIR (python -m sandbox kind sets it)")
+    return Path(env).resolve()
 
 
 def cache() -> Path:
