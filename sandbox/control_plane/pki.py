@@ -1,5 +1,8 @@
 """The emulator's PKI and secrets, made at first start under ``<sandbox dir>/control-plane/``.
 
+Its keys and certificates are made by the sandbox's one PKI builder (sandbox.pki); this module
+adds what only the emulator has: the join keys as JWKs, pins, derived tokens and credentials.
+
 Every file is created 0600 in a 0700 directory, and only when missing, so a restart keeps every
 identity (and the tokens minted under the token secret stay valid):
 
@@ -30,10 +33,8 @@ SHA-256 of the DER SubjectPublicKeyInfo.
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
 import hmac
-import ipaddress
 import json
 import os
 import secrets
@@ -43,7 +44,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from sandbox.pki import issue, issue_ca, key_pem, load_key, name, new_key, write_private
 
 TOKEN_PREFIX = "bcdjt_"  # noqa: S105 - a prefix, not a secret
 CREDENTIAL_PREFIX = "bcdnc_"
@@ -51,14 +53,7 @@ CREDENTIAL_PREFIX = "bcdnc_"
 
 def write_secret_file(path: Path, data: bytes) -> None:
     """Create ``path`` with ``data``, mode 0600 from the first byte on (atomic rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_private(path, data, 0o600)
 
 
 def _b64url(data: bytes) -> str:
@@ -85,65 +80,19 @@ def public_jwk(public_key: ec.EllipticCurvePublicKey, use: str) -> dict:
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-
-
-def _load_key(path: Path):
-    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    key = new_key("ec")
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return key
 
 
 def _ca(key) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "bcd-ansible sandbox"),
-        x509.NameAttribute(NameOID.COMMON_NAME, "bcd sandbox control-plane serving CA"),
-    ])
-    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
-            key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
-        ), critical=True)
-        .add_extension(ski, critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
-        .sign(key, hashes.SHA256())
-    )
+    """The serving CA: may sign the server certificate only (pathlen 0)."""
+    return issue_ca(key, name("bcd sandbox control-plane serving CA", ("bcd-ansible sandbox",)), path_length=0)
 
 
 def _server(key, ca_cert: x509.Certificate, ca_key, extra_ips: tuple[str, ...] = ()) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    return (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_cert.subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=825))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
-            key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False,
-        ), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"),
-            *[x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys(("127.0.0.1", *extra_ips))],
-        ]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    return issue(ca_cert, ca_key, key, name("localhost"), server=True, dns=("localhost",),
+                 ips=("127.0.0.1", *extra_ips), days=825)
 
 
 @dataclass
@@ -249,8 +198,8 @@ def ensure(directory: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
     def key_file(name: str):
         path = directory / name
         if not path.exists():
-            write_secret_file(path, _key_pem(_new_key()))
-        return _load_key(path)
+            write_secret_file(path, key_pem(_new_key()))
+        return load_key(path)
 
     ca_key = key_file("ca.key")
     ca_path = directory / "ca.pem"
