@@ -1,5 +1,5 @@
 """Simulated GPU nodes behind a real OpenSSH server, for the tests that run the gpu_nodes group
-over SSH as operators do (tests/sandbox/test_gpu_nodes_ssh.py).
+over SSH as operators do (tests/integration/test_gpu_nodes_ssh.py).
 
 ``SshServer`` starts Debian's ``/usr/sbin/sshd`` on 127.0.0.1 on a free port, with a host key the
 test makes, key-only logins (no password, no keyboard-interactive), and its own log. Users are

@@ -1,3 +1,2 @@
-"""Playbooks against the sandbox: the fixtures of the test bed (tests/sandbox/conftest.py)."""
-
-from tests.sandbox.conftest import *  # noqa: F403 - its fixtures (cp, cpvars, adopted, unadopted, ...)
+"""Playbooks against the sandbox: the fixtures of the test bed (cp, cpvars, adopted, unadopted, ...)
+come from tests/sandbox_fixtures.py, a plugin tests/conftest.py loads."""

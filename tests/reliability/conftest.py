@@ -1,7 +1,7 @@
 """Fixtures of the reliability scenarios: the sandbox as a `World`, a playbook `Runner`, and a
 known starting point for each scenario (`ready`).
 
-The scenarios share the session's sandbox with tests/sandbox. Each starts from an adopted
+The scenarios share the session's sandbox with sandbox/tests. Each starts from an adopted
 cluster with nothing left over (no fault, every GPU node reporting, the DaemonSet as the
 inventory renders it, no unrevoked token of this cluster, no join-token Secret, no lock), which
 `ready` arranges with an ordinary adopt-cluster.yml run when needed; after the scenario it

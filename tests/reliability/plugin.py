@@ -151,7 +151,7 @@ def render(data: dict) -> str:
         "from. Bad input is also checked in process, through the inventory model and the modules, for volume.",
         "Some scenarios run the playbooks as operators do: under ansible-runner, the engine of AWX and AAP (the job's",
         "whole private data directory, events included, is scanned), and on GPU nodes behind a real OpenSSH server",
-        "with sudo (tests/sandbox/test_gpu_nodes_ssh.py).",
+        "with sudo (tests/integration/test_gpu_nodes_ssh.py).",
         "",
         "| Promise | Scenarios | Runs | Passed | Failed |",
         "| --- | ---: | ---: | ---: | ---: |",

@@ -2,7 +2,7 @@
 
 The server here is a few lines of http.server answering scripted statuses, so the client's
 retry, backoff, Retry-After, TLS and redirect rules can be driven exactly; the procedures
-themselves are tested against the control-plane emulator (tests/sandbox).
+themselves are tested against the control-plane emulator (sandbox/tests).
 """
 
 from __future__ import annotations

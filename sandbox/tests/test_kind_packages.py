@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from sandbox import kind
+from sandbox.tests.test_kind import kind_bed
 from tests.helpers import recap, run_playbook
-from tests.sandbox.test_kind import kind_bed
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.long]
 

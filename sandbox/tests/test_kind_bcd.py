@@ -17,7 +17,7 @@ side, not by the join simulator:
   workers' own files, collected into ``bcd_node_roots``), and bcd's pod there fails with the
   kubelet's own ``FailedCreatePodSandBox`` error until the handler is back.
 
-Skipped, with the reason, where the test bed cannot run (see tests/sandbox/test_kind.py). A
+Skipped, with the reason, where the test bed cannot run (see sandbox/tests/test_kind.py). A
 cluster that was up before is left up (its bcd objects and node state reset); one the test
 started is deleted afterwards.
 """
@@ -32,9 +32,9 @@ import pytest
 
 from sandbox import kind
 from sandbox.control_plane.admin import Admin
+from sandbox.tests.test_control_plane import Emulator
+from sandbox.tests.test_kind import kind_bed
 from tests.helpers import recap, run_playbook
-from tests.sandbox.test_control_plane import Emulator
-from tests.sandbox.test_kind import kind_bed
 
 pytestmark = pytest.mark.long
 

@@ -7,7 +7,7 @@ one use and writes the identity 0600; a second join spends nothing; each refusal
 its reason, before any use is spent where the node can tell (pins, site, the token file's mode);
 ``bcd node`` reports (a node that went offline comes back), exits when the control plane removed
 the node, and the bad build exits after its delay; ``bcd status`` answers. No secret reaches the
-output. On the kind nodes themselves: tests/sandbox/test_kind_bcd.py.
+output. On the kind nodes themselves: sandbox/tests/test_kind_bcd.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from sandbox.control_plane import service
+from sandbox.tests.test_control_plane import Emulator
 from tests.helpers import TEMPLATE
-from tests.sandbox.test_control_plane import Emulator
 
 pytestmark = pytest.mark.sandbox
 

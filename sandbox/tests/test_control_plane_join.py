@@ -23,8 +23,8 @@ import yaml
 
 from sandbox.control_plane import service
 from sandbox.control_plane.admin import Admin
+from sandbox.tests.test_control_plane import Emulator
 from tests.helpers import run_module
-from tests.sandbox.test_control_plane import Emulator
 
 pytestmark = pytest.mark.sandbox
 
