@@ -25,7 +25,7 @@ $(COLL_LINK):
 	mkdir -p $(dir $(COLL_LINK))
 	ln -sfn ../../.. $(COLL_LINK)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements.yml scripts/install_collections.py
+$(STAMP): requirements.txt requirements-dev.txt sandbox/pyproject.toml requirements.yml scripts/install_collections.py
 	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
