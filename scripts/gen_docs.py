@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Write the inventory model's defaults into README.md's variable table and into the `default:`
+"""Write the inventory model's defaults into docs/variables.md's table and into the `default:`
 of every bcd_* option in roles/*/meta/argument_specs.yml, so neither drifts from the model.
 
 Only plain defaults (a string, a number, a boolean) are written; a variable that is required,
-has no default or a structured one keeps the words of README's table (for example "every node")
+has no default or a structured one keeps the words of the table (for example "every node")
 and no `default:` in the argument specs. The descriptions stay as written.
 
 Usage: gen_docs.py [--check]   (--check: change nothing, exit 1 naming what differs)
@@ -78,7 +78,7 @@ def main() -> int:
     args = parser.parse_args()
     defaults = plain_defaults()
     stale = []
-    targets = [(ROOT / "README.md", readme)] + [(p, argument_specs) for p in sorted(ROOT.glob("roles/*/meta/argument_specs.yml"))]
+    targets = [(ROOT / "docs" / "variables.md", readme)] + [(p, argument_specs) for p in sorted(ROOT.glob("roles/*/meta/argument_specs.yml"))]
     for path, rewrite in targets:
         old = path.read_text()
         new = rewrite(old, defaults)

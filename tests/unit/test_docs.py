@@ -1,4 +1,4 @@
-"""Documentation that must not drift: README's variable table, argument specs, module docs."""
+"""Documentation that must not drift: the variable table (docs/variables.md), argument specs, module docs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
 
 
 def readme_variables() -> set[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "variables.md").read_text()
     return set(re.findall(r"^\| `(bcd_[a-z0-9_]+)` \|", text, flags=re.M))
 
 
@@ -97,7 +97,7 @@ def test_documented_options_are_the_argument_spec(module):
 
 
 def test_readme_and_argument_specs_defaults_are_the_models():
-    """README's Default column and the argument specs' default: come from the inventory model
+    """docs/variables.md's Default column and the argument specs' default: come from the inventory model
     (scripts/gen_docs.py writes them); this fails when either drifts from it."""
     import sys
 
