@@ -85,7 +85,7 @@ test-long: setup
 	$(BIN)/pytest -m long
 
 # the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
-# roles and changelog, a page per playbook, the guides (README, docs/*.md), rendered by Sphinx.
+# roles and changelog, a page per playbook, the guides (README, docs/*.md, sandbox/README.md), rendered by Sphinx.
 # tests/docs/test_site.py opens it in headless Chromium.
 docs: setup
 	$(BIN)/python scripts/build_site.py
@@ -116,7 +116,7 @@ sandbox-down: setup
 sandbox-status: setup
 	$(BIN)/python -m sandbox status
 
-# The kind test bed: real kubelets under podman, built from local parts (README: make kind).
+# The kind test bed: real kubelets under podman, built from local parts (sandbox/README.md).
 kind: setup
 	$(BIN)/python -m sandbox kind up
 

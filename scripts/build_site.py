@@ -5,7 +5,8 @@
    meta/argument_specs.yml), the changelog (docs/docsite/config.yml) and the index, into
    out/docs-src.
 2. This script adds a page per playbook (from its header comment, as antsibull-docs documents
-   no playbooks) and the guides: the README cut at its `##` sections, and docs/*.md as they are.
+   no playbooks) and the guides: the README cut at its `##` sections, docs/*.md as they are, and
+   the READMEs of GUIDES_ELSEWHERE (the test bed's).
    Backticked names of a guide, a playbook or a module become links to its page.
 3. Sphinx (docs/site/conf.py) renders it all; any warning fails the build.
 
@@ -33,10 +34,14 @@ COLLECTION = "bcd.kubernetes"
 
 # What the site is made of: a change to any of these makes out/docs stale.
 INPUTS = [
-    "README.md", "CHANGELOG.rst", "galaxy.yml", "docs/*.md", "docs/site/*", "docs/docsite/*",
+    "README.md", "sandbox/README.md", "CHANGELOG.rst", "galaxy.yml", "docs/*.md", "docs/site/*", "docs/docsite/*",
     "changelogs/changelog.yaml", "plugins/*/*.py", "plugins/doc_fragments/*.py",
     "roles/*/meta/argument_specs.yml", "playbooks/*.yml", "*.yml", "scripts/build_site.py",
 ]
+
+# Guides that live outside docs/, by the page they get: the test bed, a package of its own,
+# keeps its README beside its code.
+GUIDES_ELSEWHERE = {"sandbox/README.md": "sandbox"}
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -73,6 +78,7 @@ def outside_fences(lines: list[str]):
 def link_targets(docs_pages: list[str], roots: dict[str, str], modules: list[str]) -> dict[str, str]:
     """`name` as the guides write it -> the page's path relative to guides/."""
     targets = {f"docs/{page}.md": f"{page}.md" for page in docs_pages}
+    targets.update({path: f"{page}.md" for path, page in GUIDES_ELSEWHERE.items()})
     for stem in sorted((ROOT / "playbooks").glob("*.yml")):
         targets[f"playbooks/{stem.name}"] = f"../playbooks/{stem.stem}.md"
     for stem, root in roots.items():  # rollout.yml, the checkout's root playbook
@@ -118,6 +124,8 @@ def relink(text: str, source: Path, readme_anchors: dict[str, str], modules: lis
             page = readme_anchors.get(anchor, "overview.md")
         elif re.fullmatch(r"docs/[^/]+\.md", rel) and (ROOT / rel).exists():
             page = rel.removeprefix("docs/")
+        elif rel in GUIDES_ELSEWHERE:
+            page = f"{GUIDES_ELSEWHERE[rel]}.md"
         elif (m2 := re.fullmatch(r"playbooks/(\w+)\.yml", rel)) and (ROOT / rel).exists():
             page = f"../playbooks/{m2.group(1)}.md"
         elif (m2 := re.fullmatch(r"plugins/modules/(\w+)\.py", rel)) and m2.group(1) in modules:
@@ -272,7 +280,7 @@ def index_sections(playbooks: dict[str, tuple[str, str]], guides: list[tuple[str
     lines += [f"    playbooks/{stem}" for stem in playbooks]
     lines += [
         "", ".. _ansible_collections.bcd.kubernetes.docsite.guides:", "", "Guides", "------", "",
-        "The README's sections and the notes of ``docs/``:", "",
+        "The README's sections, the notes of ``docs/`` and the test bed's README:", "",
         ".. toctree::", "    :maxdepth: 1", "",
     ]
     lines += [f"    {title} <guides/{page}>" for page, title in guides]
@@ -320,6 +328,11 @@ def main() -> int:
         title = re.search(r"^# (.+)$", text, flags=re.M)
         guides.append((path.stem, title.group(1) if title else path.stem))
         texts[path.stem] = relink(text, path, anchors, modules)
+    for rel, page in GUIDES_ELSEWHERE.items():
+        text = (ROOT / rel).read_text()
+        title = re.search(r"^# (.+)$", text, flags=re.M)
+        guides.append((page, title.group(1) if title else page))
+        texts[page] = relink(text, ROOT / rel, anchors, modules)
     targets = link_targets([p.stem for p in (ROOT / "docs").glob("*.md")], playbook_roots(), modules)
     (SRC / "guides").mkdir(exist_ok=True)
     for page, text in texts.items():

@@ -15,7 +15,7 @@ def test_readme_links_point_at_the_site_pages():
     anchors = build_site.readme_anchors(build_site.readme_sections())
     text = ("[a](docs/gpu-isolation.md#sources) [b](#using-it-on-your-cluster) [c](playbooks/rollout.yml) "
             "[d](plugins/modules/bcd_rollout.py) [e](roles/bcd_daemonset/tasks/main.yml) [f](CHANGELOG.rst) "
-            "[g](https://example.com/x) [h](sandbox/kind/README.md)\n```\n[i](docs/gpu-isolation.md)\n```\n")
+            "[g](https://example.com/x) [h](sandbox/kind/README.md) [j](sandbox/README.md)\n```\n[i](docs/gpu-isolation.md)\n```\n")
     out = build_site.relink(text, ROOT / "README.md", anchors, ["bcd_rollout"])
     assert "[a](gpu-isolation.md#sources)" in out
     assert "[b](using-it-on-your-cluster.md#using-it-on-your-cluster)" in out
@@ -26,12 +26,13 @@ def test_readme_links_point_at_the_site_pages():
     assert "[g](https://example.com/x)" in out
     assert "h (`sandbox/kind/README.md`)" in out  # no page: the words and the file, no dead link
     assert "[i](docs/gpu-isolation.md)" in out  # code is left alone
+    assert "[j](sandbox.md)" in out  # the test bed's README is a guide of its own
 
 
 def test_docs_links_back_into_the_readme_find_the_section_page():
     sections = build_site.readme_sections()
     anchors = build_site.readme_anchors(sections)
-    title = next(t for t, _ in sections if t.startswith("Rollouts"))
+    title = next(t for t, _ in sections if t.startswith("Using it"))
     anchor = build_site.gh_slug(title)
     out = build_site.relink(f"[r](../README.md#{anchor}) [s](reliability.md)", ROOT / "docs" / "x.md", anchors, [])
     assert f"[r]({build_site.slug(title)}.md#{anchor})" in out

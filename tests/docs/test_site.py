@@ -156,7 +156,8 @@ def test_a_page_for_each_module_role_playbook_guide_and_the_changelog(crawl):
     expected |= {f"{p.parent.parent.name}_role.html" for p in (ROOT / "roles").glob("*/meta/argument_specs.yml")}
     expected |= {f"playbooks/{p.stem}.html" for p in (ROOT / "playbooks").glob("*.yml")}
     expected |= {f"guides/{p.stem}.html" for p in (ROOT / "docs").glob("*.md")}
-    expected |= {"changelog.html", "guides/overview.html"}
+    expected |= {f"guides/{page}.html" for page in ("overview", "sandbox")}  # sandbox/README.md
+    expected |= {"changelog.html"}
     assert expected - reached == set(), "not reached from the index"
 
 
