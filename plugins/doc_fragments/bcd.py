@@ -30,6 +30,17 @@ notes:
     certificate is always verified (system trust store or C(bcd_control_plane_ca_file)).
 """
 
+    # Modules of the action group `bcd` that call no control plane: the group's module_defaults
+    # set api_key once for every member, so each takes it.
+    API_KEY_UNUSED = r"""
+options:
+  api_key:
+    description:
+      - Accepted so that the C(module_defaults) of the action group C(group/bcd.kubernetes.bcd) apply (they
+        set O(api_key) once for the modules that call the control plane); this module does not use it.
+    type: str
+"""
+
     # Modules that call the cluster's API server themselves.
     CLUSTER = r"""
 options:
