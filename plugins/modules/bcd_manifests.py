@@ -208,7 +208,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import (
 
 def names(inv, host: str | None, run: str | None) -> dict:
     """The names a run derives from the inventory: the cluster's, this run's id, the lock's."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return {
         "cluster": inv.bcd_cluster_name or host or None,
         "run": run or f"{now:%Y%m%dT%H%M%SZ}-{secrets.randbelow(2**32)}",
