@@ -22,7 +22,9 @@ options:
   api_key:
     description:
       - The control-plane API key (C(bcd_api_key), vaulted); else C(BETTER_COMPUTE_API_KEY) from the
-        environment. Never returned or logged; a task passing it has C(no_log).
+        environment. A C(no_log) option, which the module masks in everything it returns, so a task needs
+        no C(no_log) and a failure shows the module's own message. Set it once, in the play's C(module_defaults)
+        of C(group/bcd.kubernetes.bcd).
     type: str
 notes:
   - Control-plane calls retry 429, 502, 503, 504 and connection failures with exponential backoff
