@@ -22,12 +22,25 @@ options:
   api_key:
     description:
       - The control-plane API key (C(bcd_api_key), vaulted); else C(BETTER_COMPUTE_API_KEY) from the
-        environment. Never returned or logged; a task passing it has C(no_log).
+        environment. A C(no_log) option, which the module masks in everything it returns, so a task needs
+        no C(no_log) and a failure shows the module's own message. Set it once, in the play's C(module_defaults)
+        of C(group/bcd.kubernetes.bcd).
     type: str
 notes:
   - Control-plane calls retry 429, 502, 503, 504 and connection failures with exponential backoff
     and full jitter, honouring Retry-After, within C(bcd_control_plane_timeout); the server
     certificate is always verified (system trust store or C(bcd_control_plane_ca_file)).
+"""
+
+    # Modules of the action group `bcd` that call no control plane: the group's module_defaults
+    # set api_key once for every member, so each takes it.
+    API_KEY_UNUSED = r"""
+options:
+  api_key:
+    description:
+      - Accepted so that the C(module_defaults) of the action group C(group/bcd.kubernetes.bcd) apply (they
+        set O(api_key) once for the modules that call the control plane); this module does not use it.
+    type: str
 """
 
     # Modules that call the cluster's API server themselves.

@@ -50,6 +50,7 @@ options:
     type: int
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.api_key_unused
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
@@ -102,6 +103,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission impor
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path, selector
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
     inventory,
@@ -113,6 +115,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,  # the action group's module_defaults; not used
             **KUBE_OPTIONS,
             "daemonset": {"type": "dict", "required": True},
             "node": {"type": "str"},

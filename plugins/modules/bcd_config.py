@@ -42,6 +42,7 @@ options:
     default: []
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.api_key_unused
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
 author:
@@ -75,6 +76,7 @@ configmap_name:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
     CONFIG_OPTION,
     inventory,
     label_selector,
@@ -87,6 +89,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,  # the action group's module_defaults; not used
             "required": {"type": "list", "elements": "str", "default": []},
             "new_files": {"type": "list", "elements": "str", "default": []},
             "existing_files": {"type": "list", "elements": "str", "default": []},

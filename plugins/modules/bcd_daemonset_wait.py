@@ -90,6 +90,7 @@ options:
     type: str
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.api_key_unused
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
@@ -193,6 +194,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     slim_pod,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
     inventory,
@@ -258,6 +260,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "config": CONFIG_OPTION,
+            "api_key": API_KEY_OPTION,  # the action group's module_defaults; not used
             **KUBE_OPTIONS,
             "timeout": {"type": "int"},
             "nodes": {"type": "int"},

@@ -65,6 +65,7 @@ options:
     default: false
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.api_key_unused
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
@@ -181,6 +182,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     slim_pod,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
     CONFIG_OPTION,
     KUBE_OPTIONS,
     inventory,
@@ -265,7 +267,7 @@ def _lines(found: list[dict], manager: str) -> list[str]:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"config": CONFIG_OPTION, **KUBE_OPTIONS,
+        argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, **KUBE_OPTIONS,
                        "objects": {"type": "list", "elements": "dict", "required": True},
                        "field_manager": {"type": "str", "default": "bcd-ansible"},
                        "refuse": {"type": "bool", "default": True},

@@ -195,6 +195,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - bcd.kubernetes.bcd.api_key_unused
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
 attributes:
@@ -716,6 +717,8 @@ def main() -> None:
         argument_spec={
             "scope": {"type": "str", "choices": ["cluster", "node", "settings"], "default": "cluster"},
             "config": {"type": "dict"},
+            # the action group's module_defaults (node-side tasks reset them: no key reaches a node); not used
+            "api_key": {"type": "str", "no_log": True},
             "root": {"type": "path", "default": "/"},
             "node_name": {"type": "str", "default": "node"},
             "runtime_paths": {"type": "dict", "default": {}},

@@ -67,6 +67,15 @@ options:
     type: list
     elements: str
     default: []
+  host:
+    description:
+      - The inventory host this render is for. The cluster's name (RV(names.cluster)) is
+        C(bcd_cluster_name), else this.
+    type: str
+  run:
+    description:
+      - This run's id (RV(names.run)). Default a new one, the UTC time and a random number.
+    type: str
   dest:
     description:
       - The file to write the render to (mode 0644; the manifests hold no secret), in
@@ -79,6 +88,7 @@ options:
     type: path
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
+  - bcd.kubernetes.bcd.api_key_unused
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
 attributes:
@@ -135,6 +145,28 @@ config_sha256:
   description: SHA-256 (hex) of C(config.toml), as in the pod annotation C(bcd.dev/config-sha256).
   returned: success
   type: str
+names:
+  description:
+    - The names this run derives from the inventory, made here once so that no task builds them again.
+  returned: success
+  type: dict
+  contains:
+    cluster:
+      description: The cluster's name, C(bcd_cluster_name), else O(host) (null without either).
+      type: str
+      sample: gpu-east
+    run:
+      description: This run's id (O(run), else a new one); the join token's description and the lock's holder carry it.
+      type: str
+      sample: 20261202T001500Z-3735928559
+    lock:
+      description: The name of the cluster's lock, a Lease in C(bcd_namespace) (M(bcd.kubernetes.bcd_lock)).
+      type: str
+      sample: bcd-ansible-lock
+    started_at:
+      description: When this render ran (UTC, ISO 8601), the run's start in its reports.
+      type: str
+      sample: "2026-12-02T00:15:00Z"
 cluster:
   description: Where the cluster was reached - the kubeconfig file(s), the context and its server.
   returned: when O(reach_cluster) is true
@@ -150,8 +182,12 @@ format:
   type: str
 """
 
+import datetime
+import secrets
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
     CONFIG_OPTION,
     inventory,
     label_selector,
@@ -170,10 +206,25 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import (
 )
 
 
+def names(inv, host: str | None, run: str | None) -> dict:
+    """The names a run derives from the inventory: the cluster's, this run's id, the lock's."""
+    now = datetime.datetime.now(datetime.UTC)
+    return {
+        "cluster": inv.bcd_cluster_name or host or None,
+        "run": run or f"{now:%Y%m%dT%H%M%SZ}-{secrets.randbelow(2**32)}",
+        "lock": f"{inv.bcd_name}-ansible-lock",
+        "started_at": f"{now:%Y-%m-%dT%H:%M:%SZ}",
+    }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "config": CONFIG_OPTION,
+            # accepted so that the action group's module_defaults apply; this module calls no control plane
+            "api_key": API_KEY_OPTION,
+            "host": {"type": "str"},
+            "run": {"type": "str"},
             "template": {"type": "path", "required": True},
             "dest": {"type": "path"},
             "required": {"type": "list", "elements": "str", "default": []},
@@ -209,6 +260,7 @@ def main() -> None:
         "configmap": by_kind["ConfigMap"],
         "daemonset": ds,
         "config_sha256": ds["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
+        "names": names(inv, module.params["host"], module.params["run"]),
     }
     if cluster:
         result["cluster"] = cluster

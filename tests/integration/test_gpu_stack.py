@@ -88,6 +88,7 @@ def gate_playbook(tmp_path: Path) -> Path:
     path = tmp_path / "gate.yml"
     path.write_text(yaml.safe_dump([{
         "name": "Gate then mint", "hosts": "clusters", "gather_facts": False,
+        "module_defaults": {"group/bcd.kubernetes.bcd": {"config": "{{ lookup('bcd.kubernetes.bcd_inventory') }}"}},
         "tasks": [
             {"name": "The GPU isolation gate", "ansible.builtin.include_role": {"name": "gpu_stack", "tasks_from": "verify"}},
             {"name": "Mint", "ansible.builtin.debug": {"msg": "MINTING-A-TOKEN-NOW"}},
@@ -478,7 +479,8 @@ def test_both_entry_points_work_included_from_another_play(api, tmp_path):
     play.write_text(yaml.safe_dump([{
         "name": "Adopt-like", "hosts": "clusters", "gather_facts": False,
         "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
-        "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": "{{ bcd_kubeconfig | default(omit) }}"}},
+        "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": "{{ bcd_kubeconfig | default(omit) }}"},
+                            "group/bcd.kubernetes.bcd": {"config": "{{ lookup('bcd.kubernetes.bcd_inventory') }}"}},
         "tasks": [
             {"name": "Configure GPU isolation", "ansible.builtin.include_role": {"name": "gpu_stack"}},
             {"name": "The GPU isolation gate", "ansible.builtin.include_role": {"name": "gpu_stack", "tasks_from": "verify"}},

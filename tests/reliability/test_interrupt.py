@@ -32,11 +32,12 @@ AFTER_CLEANUP = "Count again the nodes that do not report"
 
 
 def steps() -> list[str]:
-    """The names of adopt-cluster.yml's own tasks, in order (blocks and always: included), and
-    of the bcd_daemonset task files that hold its flow (preflight, lock -> work -> release)."""
+    """The names of adopt-cluster.yml's own tasks, in order (blocks and always: included; the
+    play holds lock -> work -> always revoke, report, release), and of the bcd_daemonset entry
+    points before the lock that hold several steps (preflight, todo)."""
     out = []
     role_tasks = ROOT / "roles" / "bcd_daemonset" / "tasks"
-    flow = {"preflight", "todo", "locked", "join.yml", "join_cleanup.yml"}
+    flow = {"preflight", "todo"}
 
     def walk(tasks, given=None):
         for task in tasks or []:
