@@ -12,7 +12,7 @@ type: stdout
 short_description: Ansible's default output, without the lines that say nothing; each failure once
 version_added: 1.1.0
 description:
-  - Ansible's default stdout callback (M(ansible.builtin.default) callback), with its options. It
+  - Ansible's default stdout callback (P(ansible.builtin.default#callback)), with its options. It
     differs only while C(display_ok_hosts) is false (as the collection's C(ansible.cfg) sets it) and
     the verbosity is 0 (no C(-v)).
   - A task that ends ok prints only when it has something to say - a message (M(ansible.builtin.debug)),
