@@ -17,15 +17,22 @@ description:
     C(take_lock)) and the join token it minted (its id, uses and expiry, and the Secret that holds
     it; never the token) - and the first failure of each cluster.
   - When the run is interrupted (SIGINT, Ctrl-C; SIGTERM is turned into the same interruption,
-    so that the workers are stopped and these lines still print) or ends with something of it
-    still live (a clean-up that failed), its last lines name each join token still live (id,
-    uses left at most, expiry - it lapses then), the Secret (until the next run deletes it), the
-    lock (until it expires, C(bcd_lock_ttl) after it was taken) and the one command that cleans
-    them all up (the next run of the same playbook does). The very last line keeps the first
-    cause.
-  - Ansible runs no C(always:) section on an interruption, so this callback cannot revoke the
-    token itself; the next run does, and takes over at once a lock whose holder process on this
-    host is gone.
+    so that the workers are stopped and these lines still print), Ansible runs no C(always:)
+    section and no handler (the interruption unwinds ansible-playbook at once). So this callback
+    cleans up itself, as ansible-playbook exits, with the module_utils the modules use and the
+    settings the play has (the host's C(bcd_*) variables, C(bcd_api_key), the kubeconfig and
+    context) - it revokes the join token it saw minted (or the one the join Secret names, when
+    the interruption came while minting), deletes that Secret, and releases the cluster's lock.
+    It takes at most 10 seconds (a SIGTERM is followed by a SIGKILL soon); a second Ctrl-C or
+    SIGTERM stops it.
+  - Whatever is still live then, or after a clean-up of the run itself that failed, its last
+    lines name each join token still live (id, the uses it has left as the control plane says
+    when it can be asked, expiry - it lapses then), the Secret (until the next run deletes it),
+    the lock (until it expires, C(bcd_lock_ttl) after it was taken) and the one command that
+    cleans them all up (the next run of the same playbook does, and takes over at once a lock
+    whose holder process on this host is gone). The very last line keeps the first cause.
+  - No secret is printed. The API key goes only to the control-plane client, and a token is
+    never read (the Secret's token-id annotation is).
   - Enabled in the collection's C(ansible.cfg) (C(callbacks_enabled = bcd.kubernetes.left_behind)).
 requirements:
   - enable in configuration
@@ -36,8 +43,16 @@ import os
 import shlex
 import signal
 import sys
+import threading
+import time
 
 from ansible.plugins.callback import CallbackBase
+
+# The clean-up of an interrupted run: at most this long in all (an orchestrator's SIGTERM is
+# followed by a SIGKILL, often 10 s later), each request at most REQUEST_SECONDS.
+CLEANUP_SECONDS = 10.0
+REQUEST_SECONDS = 5.0
+TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name (bcd_join_token writes it)
 
 # options of ansible-playbook that say which clusters a run covers (no -e: it may carry a secret)
 _KEEP = {"-i", "--inventory", "--inventory-file", "-l", "--limit"}
@@ -60,6 +75,28 @@ def _command() -> str:
     return shlex.join(out)
 
 
+class _Settings:
+    """What the clean-up needs of one cluster, as the play has it: the validated inventory, the
+    control-plane client (with the API key) and the Kubernetes client. Never printed."""
+
+    def __init__(self, inv, cp, kube):
+        self.inv, self.cp, self.kube = inv, cp, kube
+
+
+def _lease_where(lease: str) -> tuple[str, str] | None:
+    """``Lease <namespace>/<name>`` -> (namespace, name)."""
+    parts = lease.split(" ", 1)[-1].split("/", 1)
+    return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
+
+
+def _uses(tok: dict) -> str | None:
+    """``2 of 3 use(s) left`` from the control plane's answer, or None."""
+    try:
+        return f"{int(tok['maxUses']) - int(tok.get('uses') or 0)} of {int(tok['maxUses'])} use(s) left"
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -70,9 +107,12 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         self._locks: dict[str, dict] = {}
         self._tokens: dict[str, dict] = {}
+        self._secrets: dict[str, str] = {}  # a Secret the clean-up could not delete (its token revoked)
+        self._minting: set[str] = set()  # hosts whose mint started and whose token is not noted yet
         self._first: dict[str, str] = {}
         self._task: str | None = None
         self._signal: str | None = None
+        self._play = None
         self._ended = False
         self._said = False
         self._pid = os.getpid()
@@ -103,11 +143,21 @@ class CallbackModule(CallbackBase):
             return handler(signal.SIGINT, frame)
         raise KeyboardInterrupt()
 
+    def v2_playbook_on_play_start(self, play):
+        # its variable manager gives the clean-up the settings the play has
+        self._play = play
+
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._task = task.name or task.get_name()
 
     def v2_playbook_on_handler_task_start(self, task):
         self._task = task.name or task.get_name()
+
+    def v2_runner_on_start(self, host, task):
+        # a token minted in the instant of an interruption is known only by the Secret it went to
+        args = task.args or {}
+        if (task.action or "").endswith("bcd_join_token") and args.get("state", "present") == "present":
+            self._minting.add(host.get_name())
 
     # -- what the run holds ----------------------------------------------------------------------
     def _record(self, result, failed: bool):
@@ -126,6 +176,7 @@ class CallbackModule(CallbackBase):
                     self._locks[host] = {"lease": res["lease"], "holder": res["holder"], "until": res["until"]}
         facts = res.get("ansible_facts") or {}
         if "join_token_live" in facts and not failed:
+            self._minting.discard(host)
             live = facts["join_token_live"] or {}
             if live.get("id"):
                 self._tokens[host] = dict(live)
@@ -147,31 +198,192 @@ class CallbackModule(CallbackBase):
             return  # a worker process forked from ansible-playbook
         if not self._ended:
             self._signal = self._signal or "an interruption"
-        self._say()
+        cleaned: dict[str, list[str]] = {}
+        if self._signal and (self._locks or self._tokens or self._minting):
+            cleaned = self._clean_up()
+        self._say(cleaned)
+
+    # -- the settings the play has ---------------------------------------------------------------
+    def _settings(self, host: str) -> _Settings:
+        """The host's bcd_* variables and API key as its tasks see them (the play's variables:
+        inventory, group and host vars, play vars, -e), templated here on the controller, and
+        clients made from them as the modules make theirs. Raises with the reason."""
+        from ansible.template import Templar, trust_as_template
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import VERSION_KEY, Client
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, api_client
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import ConfigError, load
+
+        play = self._play
+        if play is None:
+            raise RuntimeError("no play had started")
+        # no public callback API hands out a host's variables: the play's own manager does
+        manager = play._variable_manager
+        variables = manager.get_vars(play=play, host=manager._inventory.get_host(host))
+        templar = Templar(loader=play._loader, variables=variables)
+        config = templar.template(trust_as_template("{{ lookup('bcd.kubernetes.bcd_inventory') }}"))
+        key = templar.template(trust_as_template("{{ bcd_api_key | default('') }}"))
+        try:
+            inv = load(config)
+        except ConfigError as exc:
+            raise RuntimeError("; ".join(exc.lines)) from None
+        cp = None
+        if inv.bcd_control_plane_url:
+            cp = Client(inv.bcd_control_plane_url, api_key=key if isinstance(key, str) and key else None,
+                        ca_file=inv.bcd_control_plane_ca_file, timeout=REQUEST_SECONDS, retry_budget=REQUEST_SECONDS,
+                        version=config.get(VERSION_KEY) if isinstance(config, dict) else None)
+        return _Settings(inv, cp, Kube(api_client(inv.bcd_kubeconfig, inv.bcd_kube_context)))
+
+    # -- the clean-up of an interrupted run -------------------------------------------------------
+    def _clean_host(self, host: str, done: list[str]) -> None:
+        """Revoke the host's token, delete its Secret, release its lock; each step done is noted
+        in ``done`` (and removed from what is left) as it completes, so that a clean-up cut
+        short by its deadline still reports the truth."""
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import release
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import ours, secret_path
+
+        try:
+            s = self._settings(host)
+        except Exception as exc:  # noqa: BLE001 - the reason is said; what is left is named
+            done.append(f"FAILED: the play's settings could not be read ({' '.join(str(exc).split())[:300]})")
+            return
+        token = self._tokens.get(host)
+        if token or host in self._minting:
+            where = f"{s.inv.bcd_namespace}/{s.inv.bcd_join_token_secret.name}"
+            secret = None
+            try:
+                secret = s.kube.get(secret_path(s.inv))
+            except KubeError as exc:
+                done.append(f"FAILED: reading Secret {where}: {exc}")
+                self._secrets[host] = where
+            annotated = ((secret or {}).get("metadata", {}).get("annotations") or {}).get(TOKEN_ID_ANNOTATION)
+            if secret is not None and ours(secret) and annotated and not token:
+                # minted in the instant of the interruption: the Secret names it
+                token = self._tokens[host] = {"id": annotated, "secret": where,
+                                              "expires_at": (secret["metadata"].get("annotations") or {}).get(
+                                                  "bcd.dev/join-token-expires-at")}
+            self._minting.discard(host)
+            if token and s.cp is not None:
+                try:
+                    s.cp.revoke_token(s.inv.bcd_tenant, token["id"])
+                    done.append(f"join token {token['id']} revoked")
+                    self._tokens.pop(host, None)
+                except ControlPlaneError as exc:
+                    done.append(f"FAILED: revoking join token {token['id']}: {exc}")
+            if secret is not None and ours(secret) and (not token or annotated in (None, token["id"])):
+                try:
+                    s.kube.delete(secret_path(s.inv))
+                    done.append(f"Secret {where} deleted")
+                    if host in self._tokens:
+                        self._tokens[host]["secret"] = None
+                except KubeError as exc:
+                    done.append(f"FAILED: deleting Secret {where}: {exc}")
+                    self._secrets[host] = where
+        lock = self._locks.get(host)
+        where = _lease_where(lock["lease"]) if lock else None
+        if lock and where:
+            out = release(s.kube, where[0], where[1], lock["holder"])
+            if out.get("failed"):
+                done.append(f"FAILED: {out.get('msg')}")
+            else:
+                done.append(f"the lock {lock['lease']} released")
+                self._locks.pop(host, None)
+
+    def _clean_up(self) -> dict[str, list[str]]:
+        """Clean up every host at once, in threads, for at most CLEANUP_SECONDS; a second SIGINT
+        or SIGTERM stops the wait (what is left is then said)."""
+        hosts = sorted(set(self._locks) | set(self._tokens) | self._minting)
+        done: dict[str, list[str]] = {h: [] for h in hosts}
+        self._line(f"bcd-ansible: {self._cause()}: cleaning up what this run holds on {', '.join(hosts)} "
+                   f"(at most {CLEANUP_SECONDS:.0f}s; Ctrl-C again stops it)", color="bright yellow")
+
+        def stop(signum, frame):
+            raise KeyboardInterrupt()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, stop)
+        threads = [threading.Thread(target=self._clean_host, args=(h, done[h]), daemon=True) for h in hosts]
+        deadline = time.monotonic() + CLEANUP_SECONDS
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            for h in hosts:
+                done[h].append("FAILED: the clean-up was stopped by a second signal")
+        else:
+            for h, t in zip(hosts, threads, strict=True):
+                if t.is_alive():
+                    done[h].append(f"FAILED: the clean-up did not end within {CLEANUP_SECONDS:.0f}s")
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_DFL)
+        return {h: list(done[h]) for h in hosts}
 
     # -- the last lines --------------------------------------------------------------------------
-    def _say(self):
-        hosts = sorted(set(self._locks) | set(self._tokens))
-        if self._said or not hosts:
+    def _cause(self) -> str:
+        return f"interrupted by {self._signal}" + (f' during "{self._task}"' if self._task else "")
+
+    def _line(self, line: str, color: str = "bright red") -> None:
+        try:
+            self._display.display(line, color=color, stderr=False)
+        except Exception:  # noqa: BLE001 - at exit the display may be gone: the lines still matter
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    def _uses_left(self, host: str, token: dict) -> str:
+        """The uses the token has left, as the control plane says; else at most its max uses."""
+        try:
+            s = self._settings(host)
+            if s.cp is None:
+                raise RuntimeError("bcd_control_plane_url is not set")
+            said = _uses(s.cp.get_token(s.inv.bcd_tenant, token["id"]))
+            if said:
+                return said
+            raise RuntimeError("its answer holds no uses")
+        except Exception as exc:  # noqa: BLE001 - the bound is said instead, and why
+            bound = f"at most {token['max_uses']} use(s) left" if token.get("max_uses") else "its uses left unknown"
+            return f"{bound} (the control plane could not be asked: {' '.join(str(exc).split())[:200]})"
+
+    def _say(self, cleaned: dict[str, list[str]] | None = None):
+        cleaned = cleaned or {}
+        hosts = sorted(set(self._locks) | set(self._tokens) | set(self._secrets))
+        if self._said or not (hosts or cleaned):
             return
         self._said = True
         if self._signal:
-            cause = f"interrupted by {self._signal}" + (f' during "{self._task}"' if self._task else "")
+            cause = self._cause()
         else:
             cause = "; ".join(f"{h}: {self._first[h]}" for h in hosts if h in self._first) or "its clean-up did not complete"
         command = _command()
-        lines = [f"bcd-ansible: this run left behind ({'it was ' + cause if self._signal else 'its clean-up failed'}):"]
+        lines = []
+        for host, steps in sorted(cleaned.items()):
+            lines += [f"  {host}: {step}" for step in steps]
+        if not hosts:
+            done = "; ".join(f"{h}: {', '.join(x for x in steps if not x.startswith('FAILED'))}"
+                             for h, steps in sorted(cleaned.items()))
+            lines.append(f"bcd-ansible: {cause}; cleaned up ({done}); nothing of this run is left")
+            for line in lines:
+                self._line(line, color="bright yellow")
+            return
+        lines.append(f"bcd-ansible: this run left behind ({'it was ' + cause if self._signal else 'its clean-up failed'}):")
         left_short = []
         for host in hosts:
             parts = []
             token = self._tokens.get(host)
             if token:
-                lines.append(f"  {host}: join token {token['id']} is still live: at most {token.get('max_uses')} use(s) left, "
+                lines.append(f"  {host}: join token {token['id']} is still live: {self._uses_left(host, token)}, "
                              f"until {token.get('expires_at')} (it lapses then); anyone who reads it can join a node")
                 parts.append(f"token {token['id']} (until {token.get('expires_at')})")
                 if token.get("secret"):
                     lines.append(f"  {host}: Secret {token['secret']} holds it, until the next run deletes it")
                     parts.append(f"Secret {token['secret']}")
+            elif host in self._secrets:
+                lines.append(f"  {host}: Secret {self._secrets[host]} may still be there (its token is revoked), "
+                             "until the next run deletes it")
+                parts.append(f"Secret {self._secrets[host]}")
             lock = self._locks.get(host)
             if lock:
                 lines.append(f"  {host}: the lock {lock['lease']} ({lock['holder']}) is held until {lock['until']} "
@@ -181,9 +393,5 @@ class CallbackModule(CallbackBase):
         lines.append(f"  clean up: run `{command}` again (with your other options): it revokes the token, deletes "
                      "the Secret and takes over the lock")
         lines.append(f"bcd-ansible: {cause}; left: {'; '.join(left_short)}; `{command}` cleans them up")
-        try:
-            for line in lines:
-                self._display.display(line, color="bright red", stderr=False)
-        except Exception:  # noqa: BLE001 - at exit the display may be gone: the lines still matter
-            sys.stdout.write("\n".join(lines) + "\n")
-            sys.stdout.flush()
+        for line in lines:
+            self._line(line)

@@ -1,8 +1,8 @@
 """A run interrupted during the node wait (Ctrl-C: SIGINT; or SIGTERM, as a CI job's timeout sends)
-ends naming what it leaves: the live join token (id, uses left, expiry), its Secret, the lock and
-until when, the one command that cleans them up, and, last, the cause. Ansible runs no always:
-section on an interruption; the next run cleans up, taking over at once the lock whose process
-on this host is gone.
+cleans up as it exits: Ansible runs no always: section on an interruption, so the left_behind
+callback revokes the token, deletes the Secret and releases the lock. What it cannot clean up it
+names: the live join token (id, the uses the control plane says it has left, expiry), its
+Secret, the lock and until when, the one command that cleans them up, and, last, the cause.
 
 A node whose bcd stops reporting once joined (the emulator's muteReports, with an offline grace of
 1 s) holds the node wait open.
@@ -39,17 +39,13 @@ def live_tokens(cp, cpvars) -> list[dict]:
     return [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]) if not t.get("revokedAt")]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_an_interrupted_node_wait_names_what_it_leaves_and_the_next_run_cleans_it_up(sandbox, cp, cpvars, tmp_path,
-                                                                                    signum, reliability):
+def interrupt_node_wait(sandbox, signum: int, log, faults: dict | None = None) -> tuple[int, float]:
+    """Run adopt-cluster.yml, send ``signum`` during the node wait (``faults`` set then), wait for
+    its exit; returns its exit code and the seconds from the signal to the exit."""
     from sandbox.control_plane.admin import Admin
 
-    reliability.describe("Slips and races", f"adopt-cluster.yml sent {signal.Signals(signum).name} during the node wait, "
-                                            "then run again")
-    reliability.runs = 2
     admin = Admin.for_sandbox(sandbox.dir)
     admin.set_faults({"muteReports": ["gpu-node-1"], "offlineGraceSeconds": 1})
-    log = tmp_path / "adopt.log"
     try:
         with log.open("w") as fh:
             proc = subprocess.Popen([str(VENV_BIN / "ansible-playbook"), "adopt-cluster.yml"], cwd=str(ROOT),
@@ -61,42 +57,92 @@ def test_an_interrupted_node_wait_names_what_it_leaves_and_the_next_run_cleans_i
             assert time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(0.5)
         assert proc.poll() is None, log.read_text()[-4000:]
+        if faults:
+            admin.set_faults({"muteReports": ["gpu-node-1"], "offlineGraceSeconds": 1, **faults})
         proc.send_signal(signum)
         sent = time.monotonic()
         rc = proc.wait(timeout=120)
-        ended = time.monotonic() - sent
+        return rc, time.monotonic() - sent
     finally:
         admin.clear_faults()
-    out = log.read_text()
+
+
+def minted(out: str) -> tuple[str, str, str]:
+    found = re.search(r"Minted join token (\S+) for (\d+) node\(s\), expiring at (\S+),", " ".join(out.split()))
+    assert found, out[-4000:]
+    return found.groups()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_an_interrupted_node_wait_cleans_up_what_it_holds(sandbox, cp, cpvars, tmp_path, signum, reliability):
+    """Ansible runs no always: on an interruption; the left_behind callback cleans up as
+    ansible-playbook exits: the token is revoked, the Secret deleted, the lock released."""
+    reliability.describe("Slips and races", f"adopt-cluster.yml sent {signal.Signals(signum).name} during the node wait")
+    reliability.runs = 2  # the interrupted run, and the next one that finds nothing left to clean up
+    rc, ended = interrupt_node_wait(sandbox, signum, tmp_path / "adopt.log")
+    out = (tmp_path / "adopt.log").read_text()
     assert rc != 0, out[-4000:]
-    minted = re.search(r"Minted join token (\S+) for (\d+) node\(s\), expiring at (\S+),", " ".join(out.split()))
-    assert minted, out[-4000:]
-    token, uses, expires = minted.groups()
-    assert [t["id"] for t in live_tokens(cp, cpvars)] == [token]
-    last = out.strip().splitlines()[-6:]
+    assert "Traceback" not in out, out[-4000:]
+    token, _uses, _expires = minted(out)
+    # what the lines say is done is done, on the control plane and the cluster
+    [revoked] = [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]) if t["id"] == token]
+    assert revoked.get("revokedAt"), revoked
+    assert live_tokens(cp, cpvars) == []
+    assert sandbox.kubectl("get", "secret", "-n", "bcd-system", "bcd-join", check=False).returncode != 0
+    assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode != 0
+    last = out.strip().splitlines()[-5:]
     text = "\n".join(last)
     name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else "SIGTERM"
-    assert f"join token {token} is still live: at most {uses} use(s) left, until {expires}" in text, out[-4000:]
-    assert "Secret bcd-system/bcd-join holds it, until the next run deletes it" in text
-    assert re.search(rf"the lock Lease bcd-system/{LEASE} \(\S+@\S+ pid={proc.pid} run=\S+\) is held until \S+Z", text), text
-    assert "`ansible-playbook adopt-cluster.yml` cleans them up" in last[-1]
+    assert f"sandbox: join token {token} revoked" in text, text
+    assert "sandbox: Secret bcd-system/bcd-join deleted" in text, text
+    assert f"sandbox: the lock Lease bcd-system/{LEASE} released" in text, text
     assert f"interrupted by {name} during \"Wait for every selected node to report" in last[-1], last[-1]
-    # what the lines say is there is there
-    assert sandbox.kubectl("get", "secret", "-n", "bcd-system", "bcd-join", check=False).returncode == 0
-    assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode == 0
+    assert "nothing of this run is left" in last[-1], last[-1]
+    assert "left behind" not in text
 
     again = run_playbook("adopt-cluster.yml")
     flat = " ".join((again.stdout + again.stderr).split())
     assert again.returncode == 0, flat[-4000:]
-    assert f"took over Lease bcd-system/{LEASE}" in flat and "its process is gone" in flat, flat[-4000:]
-    assert token not in [t["id"] for t in live_tokens(cp, cpvars)]
+    assert "took over Lease" not in flat and "stale token(s)" not in flat, flat[-4000:]
+    reliability.result = "the callback revoked the token, deleted the Secret and released the lock as the run exited"
+    reliability.figures.update({"exit": rc, "seconds from the signal to the exit": round(ended, 1)})
+
+
+def test_an_interrupted_run_whose_revocation_fails_names_the_token_and_its_true_uses_left(sandbox, cp, cpvars, tmp_path,
+                                                                                          reliability):
+    """SIGINT during the node wait while every revocation answers 503: the Secret is deleted and
+    the lock released; the last lines name the token as live with the uses the control plane
+    says it has left, its expiry, and the command; the last line keeps the cause. The next run
+    revokes it."""
+    reliability.describe("Slips and races", "adopt-cluster.yml sent SIGINT during the node wait, every revocation "
+                                            "answering 503, then run again")
+    reliability.runs = 2
+    faults = {"errorRate": 1.0, "errorStatus": 503, "procedures": ["joinTokens.revoke"]}
+    rc, _ended = interrupt_node_wait(sandbox, signal.SIGINT, tmp_path / "adopt.log", faults)
+    out = (tmp_path / "adopt.log").read_text()
+    assert rc != 0, out[-4000:]
+    token, _uses, expires = minted(out)
+    [live] = live_tokens(cp, cpvars)
+    assert live["id"] == token
+    left = live["maxUses"] - (live.get("uses") or 0)
     assert sandbox.kubectl("get", "secret", "-n", "bcd-system", "bcd-join", check=False).returncode != 0
     assert sandbox.kubectl("get", "lease", "-n", "bcd-system", LEASE, check=False).returncode != 0
-    assert "this run left behind" not in flat
-    reliability.result = ("the last lines named the live token (uses, expiry), its Secret, the lock and the command; "
-                          "the next run revoked it, deleted the Secret and took the dead run's lock over at once")
-    reliability.figures.update({"exit": rc, "seconds from the signal to the exit": round(ended, 1),
-                                "lines naming what was left": sum("left" in line or "still live" in line for line in last)})
+    last = out.strip().splitlines()[-4:]
+    text = "\n".join(last)
+    assert f"join token {token} is still live: {left} of {live['maxUses']} use(s) left, until {expires}" in text, text
+    assert "Secret bcd-system/bcd-join holds it" not in text
+    assert "is held until" not in text, text
+    assert "`ansible-playbook adopt-cluster.yml` cleans them up" in last[-1]
+    assert 'interrupted by SIGINT (Ctrl-C) during "Wait for every selected node to report' in last[-1], last[-1]
+    assert f"FAILED: revoking join token {token}" in out
+
+    again = run_playbook("adopt-cluster.yml")
+    flat = " ".join((again.stdout + again.stderr).split())
+    assert again.returncode == 0, flat[-4000:]
+    assert token not in [t["id"] for t in live_tokens(cp, cpvars)]
+    reliability.result = (f"the Secret deleted and the lock released; the token named live with {left} of "
+                          f"{live['maxUses']} use(s) left (the control plane's count); the next run revoked it")
+    reliability.figures["exit"] = rc
 
 
 def test_a_token_whose_revocation_fails_is_named_with_its_uses_and_time_left_and_the_first_cause_last(sandbox, cp, cpvars,

@@ -1,0 +1,126 @@
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Stdout callback concise: Ansible's default output without the lines that say nothing, and each
+failure printed once."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: concise
+type: stdout
+short_description: Ansible's default output, without the lines that say nothing; each failure once
+version_added: 1.1.0
+description:
+  - Ansible's default stdout callback (P(ansible.builtin.default#callback)), with its options. It
+    differs only while C(display_ok_hosts) is false (as the collection's C(ansible.cfg) sets it) and
+    the verbosity is 0 (no C(-v)).
+  - A task that ends ok prints only when it has something to say - a message (M(ansible.builtin.debug)),
+    a warning, a change - and then with its banner, as with C(display_ok_hosts) true. The default
+    callback with C(display_ok_hosts) false would hide a message and an ok task's warnings too.
+    The lines C(included - <file> for <host>) and the banners of include tasks are not printed.
+  - A failure prints once, as its banner and C(fatal - [host] - <its message>); not also as an
+    C([ERROR]) line with the task's source, nor with every key of its result (C(-v) shows them). A
+    later failure of the same host whose message repeats an earlier one's (the last play of a
+    playbook fails each failed cluster, naming the first failure) shows the repeat as
+    C((the error above)).
+  - With C(-v) or more, or C(display_ok_hosts) true (C(ANSIBLE_DISPLAY_OK_HOSTS=true)), the output is
+    the default callback's.
+extends_documentation_fragment:
+  - default_callback
+  - result_format_callback
+requirements:
+  - set as the stdout callback in configuration (the collection's C(ansible.cfg) does)
+"""
+
+from ansible import constants as C
+from ansible.playbook.task_include import TaskInclude
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+
+# a repeat shorter than this is not worth a reference (a word, "failed")
+_MIN_REPEAT = 40
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split())
+
+
+class CallbackModule(DefaultCallback):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "stdout"
+    CALLBACK_NAME = "bcd.kubernetes.concise"
+
+    def __init__(self):
+        super().__init__()
+        self._show_ok = False
+        self._failures: dict[str, list[str]] = {}
+
+    def get_option(self, k):
+        # an ok result with something to say prints as the default callback prints it with
+        # display_ok_hosts true (banner, "ok: [host] => msg", warnings)
+        if k == "display_ok_hosts" and self._show_ok:
+            return True
+        return super().get_option(k)
+
+    def _quiet(self) -> bool:
+        return self._display.verbosity == 0 and not super().get_option("display_ok_hosts")
+
+    @staticmethod
+    def _says(result) -> bool:
+        res = result.result
+        return bool(res.get("changed") or res.get("_ansible_verbose_always") or res.get("warnings")
+                    or res.get("deprecations"))
+
+    def _shown(self, method, result) -> None:
+        self._show_ok = True
+        try:
+            method(result)
+        finally:
+            self._show_ok = False
+
+    def v2_runner_on_ok(self, result):
+        if not self._quiet():
+            return super().v2_runner_on_ok(result)
+        if isinstance(result.task, TaskInclude):
+            return None  # "included:" says nothing an operator acts on
+        if self._says(result) or (result.task.loop and any(self._says_item(r) for r in result.result.get("results") or [])):
+            self._shown(super().v2_runner_on_ok, result)
+        return None
+
+    @staticmethod
+    def _says_item(res) -> bool:
+        return isinstance(res, dict) and bool(res.get("changed") or res.get("_ansible_verbose_always")
+                                              or res.get("warnings") or res.get("deprecations"))
+
+    def v2_runner_item_on_ok(self, result):
+        if not self._quiet():
+            return super().v2_runner_item_on_ok(result)
+        if self._says(result):
+            self._shown(super().v2_runner_item_on_ok, result)
+        return None
+
+    def v2_playbook_on_include(self, included_file):
+        if not self._quiet():
+            super().v2_playbook_on_include(included_file)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        res = result.result
+        if not self._quiet() or (result.task.loop and "results" in res):
+            return super().v2_runner_on_failed(result, ignore_errors)
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        # the [ERROR] line repeats the message with the task's source: -v shows it
+        res.pop("exception", None)
+        self._handle_warnings_and_exception(result)
+        msg = str(res.get("msg") or res.get("reason") or "failed (-v shows its whole result)")
+        host = result.host.get_name()
+        folded, shown = _fold(msg), msg
+        for earlier in self._failures.get(host, []):
+            if len(earlier) >= _MIN_REPEAT and earlier in folded:
+                folded = shown = folded.replace(earlier, "(the error above)")
+        self._failures.setdefault(host, []).append(_fold(msg))
+        self._display.display(f"fatal: [{self.host_label(result)}]: {shown}", color=C.COLOR_ERROR,
+                              stderr=self.get_option("display_failed_stderr"))
+        if ignore_errors:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
+        return None
