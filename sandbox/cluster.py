@@ -67,6 +67,10 @@ GPU_SELECTOR = "nvidia.com/gpu.present=true"
 KWOK_SELECTOR = "type=kwok"
 DEFAULT_NODES = 3
 
+# Above this many GPU nodes the sandbox runs with its scale settings (:func:`scale_settings`); at
+# or below it, exactly as a small sandbox always ran (the tests rely on the 40 s node lease).
+SCALE_ABOVE = 1000
+
 # How long each component may take to turn healthy, in seconds.
 TIMEOUTS = {"etcd": 60, "kube-apiserver": 180, "kube-controller-manager": 90, "kube-scheduler": 90, "kwok": 30}
 
@@ -178,6 +182,41 @@ def kubeconfig_text(server: str, pki_dir: Path, cert: str, user: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def scale_settings(gpu_nodes: int) -> dict[str, Any]:
+    """What KWOK and the controller manager run with for ``gpu_nodes`` GPU nodes.
+
+    KWOK renews every node's Lease a quarter of ``nodeLeaseDurationSeconds`` apart, as a kubelet
+    does: 5,000 nodes at the default 40 s would be 500 lease writes a second, more than the rest
+    of the cluster's work on 2 shared cores. Above :data:`SCALE_ABOVE` nodes the lease lasts
+    longer in proportion (the renewals stay at a thousand nodes' 100 a second) and the node
+    lifecycle controller's grace period grows with it (it must exceed the lease, or every node
+    turns NotReady between renewals), as KWOK's scale guidance does with the kubelet's defaults.
+    Node status heartbeats are already rare (the node-heartbeat-with-lease stage: 10 to 20 min).
+    """
+    if gpu_nodes <= SCALE_ABOVE:
+        return {"profile": "default", "nodeLeaseDurationSeconds": 40, "node_monitor_grace_period": None,
+                "podPlayStageParallelism": 16}
+    lease = 40 * -(-gpu_nodes // SCALE_ABOVE)  # 200 s at 5,000 nodes: a renewal every 50 s
+    return {"profile": f"scale-{lease}", "nodeLeaseDurationSeconds": lease,
+            "node_monitor_grace_period": f"{lease + lease // 2}s", "podPlayStageParallelism": 32}
+
+
+def kwok_config(sdir: Path, state: dict[str, Any]) -> Path:
+    """The KWOK configuration for the sandbox's size: the shipped file, or a copy in ``sdir``
+    with the scale settings in its options."""
+    scale = scale_settings(state.get("gpu_nodes", DEFAULT_NODES))
+    if scale["profile"] == "default":
+        return KWOK_CONFIG
+    docs = list(yaml.safe_load_all(KWOK_CONFIG.read_text()))
+    for doc in docs:
+        if doc and doc.get("kind") == "KwokConfiguration":
+            doc["options"]["nodeLeaseDurationSeconds"] = scale["nodeLeaseDurationSeconds"]
+            doc["options"]["podPlayStageParallelism"] = scale["podPlayStageParallelism"]
+    out = sdir / "kwok.yaml"
+    out.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return out
+
+
 def _write_configs(sdir: Path, state: dict[str, Any]) -> None:
     p = sdir / "pki"
     server = f"https://127.0.0.1:{state['ports']['apiserver']}"
@@ -263,7 +302,8 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
             f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
             "--use-service-account-credentials=true", f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
             "--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=400", "--profiling=false",
-        ]
+        ] + ([f"--node-monitor-grace-period={grace}"]
+             if (grace := scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["node_monitor_grace_period"]) else [])
     if name == "kube-scheduler":
         kc = p / "kube-scheduler.kubeconfig"
         return [
@@ -277,7 +317,7 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
     if name == "kwok":
         # WARN: at INFO KWOK logs every lease renewal (100 lines a second with 1000 nodes).
         kc = sdir / "kubeconfig" if state.get("external") else p / "kwok.kubeconfig"
-        return [b["kwok"], f"--kubeconfig={kc}", f"--config={KWOK_CONFIG}", "--v=WARN"]
+        return [b["kwok"], f"--kubeconfig={kc}", f"--config={kwok_config(sdir, state)}", "--v=WARN"]
     raise KeyError(name)
 
 
@@ -521,7 +561,7 @@ def wait_nodes_ready(sdir: Path, names: list[str], timeout: float | None = None)
         time.sleep(0.5)
 
 
-def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float = 90) -> None:
+def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None = None) -> None:
     """Wait until a (re)started KWOK renewed the Lease of every simulated node after ``since``.
 
     A KWOK that holds every node's lease has the nodes in its cache; pods created before that
@@ -529,6 +569,8 @@ def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float = 90) -
     """
     from kubernetes import client
 
+    state = load_state(sdir) or {}
+    timeout = timeout or 90 + 0.02 * state.get("gpu_nodes", 0)  # 190 s for 5,000 nodes' first renewals
     deadline = time.monotonic() + timeout
     with api_client(sdir) as api:
         coord = client.CoordinationV1Api(api)
@@ -663,6 +705,7 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
         state = {"version": 1, "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "ports": dict(zip(PORTS, _free_ports(len(PORTS)), strict=True))}
     restart_apiserver = bool(state.get("audit")) != audit and proc.running(sdir, "kube-apiserver")
+    scale_before = scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["profile"]
     state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit,
                  gpu_nodes=max(gpu_nodes, state.get("gpu_nodes", 0)), dir=str(sdir))
     pki.ensure(sdir / "pki")
@@ -671,6 +714,13 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     if restart_apiserver:
         say(f"sandbox: restarting kube-apiserver to turn the audit log {'on' if audit else 'off'}")
         proc.stop(sdir, "kube-apiserver")
+    scale = scale_settings(state["gpu_nodes"])
+    if scale["profile"] != scale_before:
+        # growing past SCALE_ABOVE: KWOK and the controller manager take the longer lease now
+        for name in ("kwok", "kube-controller-manager"):
+            if proc.running(sdir, name):
+                say(f"sandbox: restarting {name} for {state['gpu_nodes']} nodes ({scale['profile']})")
+                proc.stop(sdir, name)
 
     for name in ("etcd", "kube-apiserver"):
         if _start(name, sdir, state):
