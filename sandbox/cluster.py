@@ -186,19 +186,20 @@ def scale_settings(gpu_nodes: int) -> dict[str, Any]:
     """What KWOK and the controller manager run with for ``gpu_nodes`` GPU nodes.
 
     KWOK renews every node's Lease a quarter of ``nodeLeaseDurationSeconds`` apart, as a kubelet
-    does: 5,000 nodes at the default 40 s would be 500 lease writes a second, more than the rest
-    of the cluster's work on 2 shared cores. Above :data:`SCALE_ABOVE` nodes the lease lasts
-    longer in proportion (the renewals stay at a thousand nodes' 100 a second) and the node
-    lifecycle controller's grace period grows with it (it must exceed the lease, or every node
-    turns NotReady between renewals), as KWOK's scale guidance does with the kubelet's defaults.
-    Node status heartbeats are already rare (the node-heartbeat-with-lease stage: 10 to 20 min).
+    does: 5,000 nodes at the default 40 s would ask for 500 lease writes a second. On 2 shared
+    cores the API server took far fewer: 10 a second at a 1-minute load of 12, a lease renewed
+    every ~500 s. Above :data:`SCALE_ABOVE` nodes the lease lasts 80 s per started thousand
+    (400 s at 5,000: 50 renewals a second asked for) and the node lifecycle controller's grace
+    period is twice the lease (800 s), so a node is not marked NotReady (and its pods not Ready)
+    while its renewal waits in the queue. Node status heartbeats are already rare (the
+    node-heartbeat-with-lease stage: every 10 to 20 min).
     """
     if gpu_nodes <= SCALE_ABOVE:
         return {"profile": "default", "nodeLeaseDurationSeconds": 40, "node_monitor_grace_period": None,
                 "podPlayStageParallelism": 16}
-    lease = 40 * -(-gpu_nodes // SCALE_ABOVE)  # 200 s at 5,000 nodes: a renewal every 50 s
+    lease = 80 * -(-gpu_nodes // SCALE_ABOVE)
     return {"profile": f"scale-{lease}", "nodeLeaseDurationSeconds": lease,
-            "node_monitor_grace_period": f"{lease + lease // 2}s", "podPlayStageParallelism": 32}
+            "node_monitor_grace_period": f"{2 * lease}s", "podPlayStageParallelism": 32}
 
 
 def kwok_config(sdir: Path, state: dict[str, Any]) -> Path:
@@ -570,7 +571,8 @@ def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None 
     from kubernetes import client
 
     state = load_state(sdir) or {}
-    timeout = timeout or 90 + 0.02 * state.get("gpu_nodes", 0)  # 190 s for 5,000 nodes' first renewals
+    # a loaded API server took ~10 lease writes a second: 590 s for 5,000 nodes' first renewals
+    timeout = timeout or 90 + 0.1 * state.get("gpu_nodes", 0)
     deadline = time.monotonic() + timeout
     with api_client(sdir) as api:
         coord = client.CoordinationV1Api(api)
@@ -705,9 +707,11 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
         state = {"version": 1, "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "ports": dict(zip(PORTS, _free_ports(len(PORTS)), strict=True))}
     restart_apiserver = bool(state.get("audit")) != audit and proc.running(sdir, "kube-apiserver")
-    scale_before = scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["profile"]
+    # the settings KWOK and the controller manager were started with (saved since they exist)
+    scale_before = state.get("scale_profile") or scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["profile"]
     state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit,
                  gpu_nodes=max(gpu_nodes, state.get("gpu_nodes", 0)), dir=str(sdir))
+    state["scale_profile"] = scale_settings(state["gpu_nodes"])["profile"]
     pki.ensure(sdir / "pki")
     _write_configs(sdir, state)
     save_state(sdir, state)
@@ -716,7 +720,7 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
         proc.stop(sdir, "kube-apiserver")
     scale = scale_settings(state["gpu_nodes"])
     if scale["profile"] != scale_before:
-        # growing past SCALE_ABOVE: KWOK and the controller manager take the longer lease now
+        # grown past SCALE_ABOVE (or the settings changed): KWOK and the controller manager restart
         for name in ("kwok", "kube-controller-manager"):
             if proc.running(sdir, name):
                 say(f"sandbox: restarting {name} for {state['gpu_nodes']} nodes ({scale['profile']})")

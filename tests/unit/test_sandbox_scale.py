@@ -25,8 +25,8 @@ def test_small_sandboxes_keep_the_shipped_kwok_config_and_default_grace(tmp_path
 def test_5000_nodes_renew_leases_no_faster_than_1000_and_stay_ready(tmp_path):
     scale = cluster.scale_settings(5000)
     lease = scale["nodeLeaseDurationSeconds"]
-    # KWOK renews a quarter of the lease apart: 5,000 nodes write as often as 1,000 did at 40 s
-    assert 5000 / (lease / 4) <= 1000 / (40 / 4)
+    # KWOK renews a quarter of the lease apart: 5,000 nodes ask for fewer writes than 1,000 did at 40 s
+    assert 5000 / (lease / 4) < 1000 / (40 / 4)
     path = cluster.kwok_config(tmp_path, _state(5000))
     assert path == tmp_path / "kwok.yaml"
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -37,4 +37,4 @@ def test_5000_nodes_renew_leases_no_faster_than_1000_and_stay_ready(tmp_path):
     assert f"--config={path}" in kwok
     kcm = cluster.argv("kube-controller-manager", tmp_path, _state(5000))
     grace = next(a for a in kcm if a.startswith("--node-monitor-grace-period="))
-    assert int(grace.split("=")[1].rstrip("s")) > lease  # a node is not NotReady between renewals
+    assert int(grace.split("=")[1].rstrip("s")) >= 2 * lease  # a late renewal does not make a node NotReady
