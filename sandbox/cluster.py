@@ -67,6 +67,10 @@ GPU_SELECTOR = "nvidia.com/gpu.present=true"
 KWOK_SELECTOR = "type=kwok"
 DEFAULT_NODES = 3
 
+# Above this many GPU nodes the sandbox runs with its scale settings (:func:`scale_settings`); at
+# or below it, exactly as a small sandbox always ran (the tests rely on the 40 s node lease).
+SCALE_ABOVE = 1000
+
 # How long each component may take to turn healthy, in seconds.
 TIMEOUTS = {"etcd": 60, "kube-apiserver": 180, "kube-controller-manager": 90, "kube-scheduler": 90, "kwok": 30}
 
@@ -178,6 +182,42 @@ def kubeconfig_text(server: str, pki_dir: Path, cert: str, user: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def scale_settings(gpu_nodes: int) -> dict[str, Any]:
+    """What KWOK and the controller manager run with for ``gpu_nodes`` GPU nodes.
+
+    KWOK renews every node's Lease a quarter of ``nodeLeaseDurationSeconds`` apart, as a kubelet
+    does: 5,000 nodes at the default 40 s would ask for 500 lease writes a second. On 2 shared
+    cores the API server took far fewer: 10 a second at a 1-minute load of 12, a lease renewed
+    every ~500 s. Above :data:`SCALE_ABOVE` nodes the lease lasts 80 s per started thousand
+    (400 s at 5,000: 50 renewals a second asked for) and the node lifecycle controller's grace
+    period is twice the lease (800 s), so a node is not marked NotReady (and its pods not Ready)
+    while its renewal waits in the queue. Node status heartbeats are already rare (the
+    node-heartbeat-with-lease stage: every 10 to 20 min).
+    """
+    if gpu_nodes <= SCALE_ABOVE:
+        return {"profile": "default", "nodeLeaseDurationSeconds": 40, "node_monitor_grace_period": None,
+                "podPlayStageParallelism": 16}
+    lease = 80 * -(-gpu_nodes // SCALE_ABOVE)
+    return {"profile": f"scale-{lease}", "nodeLeaseDurationSeconds": lease,
+            "node_monitor_grace_period": f"{2 * lease}s", "podPlayStageParallelism": 32}
+
+
+def kwok_config(sdir: Path, state: dict[str, Any]) -> Path:
+    """The KWOK configuration for the sandbox's size: the shipped file, or a copy in ``sdir``
+    with the scale settings in its options."""
+    scale = scale_settings(state.get("gpu_nodes", DEFAULT_NODES))
+    if scale["profile"] == "default":
+        return KWOK_CONFIG
+    docs = list(yaml.safe_load_all(KWOK_CONFIG.read_text()))
+    for doc in docs:
+        if doc and doc.get("kind") == "KwokConfiguration":
+            doc["options"]["nodeLeaseDurationSeconds"] = scale["nodeLeaseDurationSeconds"]
+            doc["options"]["podPlayStageParallelism"] = scale["podPlayStageParallelism"]
+    out = sdir / "kwok.yaml"
+    out.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return out
+
+
 def _write_configs(sdir: Path, state: dict[str, Any]) -> None:
     p = sdir / "pki"
     server = f"https://127.0.0.1:{state['ports']['apiserver']}"
@@ -263,7 +303,8 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
             f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
             "--use-service-account-credentials=true", f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
             "--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=400", "--profiling=false",
-        ]
+        ] + ([f"--node-monitor-grace-period={grace}"]
+             if (grace := scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["node_monitor_grace_period"]) else [])
     if name == "kube-scheduler":
         kc = p / "kube-scheduler.kubeconfig"
         return [
@@ -277,7 +318,7 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
     if name == "kwok":
         # WARN: at INFO KWOK logs every lease renewal (100 lines a second with 1000 nodes).
         kc = sdir / "kubeconfig" if state.get("external") else p / "kwok.kubeconfig"
-        return [b["kwok"], f"--kubeconfig={kc}", f"--config={KWOK_CONFIG}", "--v=WARN"]
+        return [b["kwok"], f"--kubeconfig={kc}", f"--config={kwok_config(sdir, state)}", "--v=WARN"]
     raise KeyError(name)
 
 
@@ -521,7 +562,7 @@ def wait_nodes_ready(sdir: Path, names: list[str], timeout: float | None = None)
         time.sleep(0.5)
 
 
-def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float = 90) -> None:
+def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None = None) -> None:
     """Wait until a (re)started KWOK renewed the Lease of every simulated node after ``since``.
 
     A KWOK that holds every node's lease has the nodes in its cache; pods created before that
@@ -529,6 +570,9 @@ def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float = 90) -
     """
     from kubernetes import client
 
+    state = load_state(sdir) or {}
+    # a loaded API server took ~10 lease writes a second: 590 s for 5,000 nodes' first renewals
+    timeout = timeout or 90 + 0.1 * state.get("gpu_nodes", 0)
     deadline = time.monotonic() + timeout
     with api_client(sdir) as api:
         coord = client.CoordinationV1Api(api)
@@ -559,7 +603,10 @@ def ensure_nodes(sdir: Path, gpu_nodes: int) -> None:
     """Make sure ``gpu-node-1..gpu_nodes`` and the CPU node exist and are Ready."""
     names = [f"{GPU_PREFIX}{i}" for i in range(1, gpu_nodes + 1)] + list(CPU_NODES)
     start = time.monotonic()
-    created = create_nodes(sdir, names)
+    # one list rather than a create per node answered 409: at 5,000 nodes on a loaded machine
+    # those 5,000 requests took minutes of an `up` that had nothing to create
+    have = {n["name"] for n in list_nodes(sdir)}
+    created = create_nodes(sdir, [n for n in names if n not in have])
     if created:
         say(f"sandbox: created {len(created)} node(s) in {time.monotonic() - start:.1f}s")
     wait_nodes_ready(sdir, names)
@@ -663,14 +710,24 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
         state = {"version": 1, "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "ports": dict(zip(PORTS, _free_ports(len(PORTS)), strict=True))}
     restart_apiserver = bool(state.get("audit")) != audit and proc.running(sdir, "kube-apiserver")
+    # the settings KWOK and the controller manager were started with (saved since they exist)
+    scale_before = state.get("scale_profile") or scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["profile"]
     state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit,
                  gpu_nodes=max(gpu_nodes, state.get("gpu_nodes", 0)), dir=str(sdir))
+    state["scale_profile"] = scale_settings(state["gpu_nodes"])["profile"]
     pki.ensure(sdir / "pki")
     _write_configs(sdir, state)
     save_state(sdir, state)
     if restart_apiserver:
         say(f"sandbox: restarting kube-apiserver to turn the audit log {'on' if audit else 'off'}")
         proc.stop(sdir, "kube-apiserver")
+    scale = scale_settings(state["gpu_nodes"])
+    if scale["profile"] != scale_before:
+        # grown past SCALE_ABOVE (or the settings changed): KWOK and the controller manager restart
+        for name in ("kwok", "kube-controller-manager"):
+            if proc.running(sdir, name):
+                say(f"sandbox: restarting {name} for {state['gpu_nodes']} nodes ({scale['profile']})")
+                proc.stop(sdir, name)
 
     for name in ("etcd", "kube-apiserver"):
         if _start(name, sdir, state):

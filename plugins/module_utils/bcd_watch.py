@@ -215,8 +215,22 @@ class Follow:
             self.version = version
 
 
-def wait_for_change(changed: threading.Event, seconds: float) -> None:
-    """Sleep until ``changed`` is set or ``seconds`` pass, then clear it (read the objects after)."""
+# After a change, a wait looks again no sooner than this many times as long as its last look took.
+PACE = 4.0
+
+
+def wait_for_change(changed: threading.Event, seconds: float, spent: float = 0.0) -> None:
+    """Sleep until ``changed`` is set or ``seconds`` pass, then clear it (read the objects after).
+
+    ``spent``: the seconds the caller's last look at the objects took. A wait reads all N
+    objects after a change, and N objects change N times or more while they roll out: woken at
+    every change, it would do O(N^2) work and hold a core the cluster needs. So it sleeps at
+    least ``PACE`` x ``spent`` from the start of this call (never past ``seconds``): at most a
+    fifth of a core, however fast the changes come; the changes meanwhile are seen together."""
+    began = time.monotonic()
     if seconds > 0:
         changed.wait(seconds)
+        rest = min(seconds, PACE * spent) - (time.monotonic() - began)
+        if rest > 0:
+            time.sleep(rest)
     changed.clear()

@@ -343,6 +343,7 @@ def main() -> None:
         pod_follow.start(until + 1)
         event_follow.start(until + 1)
         while True:
+            looked = time.monotonic()
             for f in follows:
                 f.check()
             ds = next(iter(ds_follow.objects().values()), {})
@@ -433,7 +434,7 @@ def main() -> None:
                 wake.append(standing.due())
             if counts != first_counts and poll_for is not None:
                 wake.append(run_started + module.params["progress_every"])
-            wait_for_change(changed, max(0.0, min(wake) - time.monotonic()) + 0.01)
+            wait_for_change(changed, max(0.0, min(wake) - time.monotonic()) + 0.01, spent=time.monotonic() - looked)
     except KubeError as exc:
         module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[], refused=refused,
                          waited=round(time.monotonic() - started, 1), watch=watched())

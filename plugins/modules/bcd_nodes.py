@@ -407,6 +407,7 @@ def main() -> None:
             first = have if first is None else first
             next_poll = time.monotonic() + poll_spacing(interval, len(names) - have, time.monotonic() - started)
             while True:
+                looked = time.monotonic()
                 if pod_follow is not None:
                     try:
                         pod_follow.check()
@@ -424,7 +425,7 @@ def main() -> None:
                 if left <= 0:
                     break
                 # woken by a change of a bcd pod (a refused join), else at the next poll
-                wait_for_change(changed, left)
+                wait_for_change(changed, left, spent=time.monotonic() - looked)
             if finished(time.monotonic() - started):
                 break
     finally:
@@ -462,8 +463,9 @@ def main() -> None:
         if o["name"] in refused:
             o["why"] = refused[o["name"]]
     # a Node whose pod is not healthy is not, whatever the control plane says (its offline grace)
+    rows = {o["name"]: o for o in out}  # a search of `out` per pod would be O(N^2) at 5,000 nodes
     for u in unhealthy:
-        row = next(o for o in out if o["name"] == u["node"])
+        row = rows[u["node"]]
         if not row.get("why"):
             row["why"] = (f"reports for now, but {u['why']}" if row["reporting"] else u["why"])
     module.exit_json(changed=False, nodes=out, selected=len(names), reporting=len(names) - len(missing), missing=missing,

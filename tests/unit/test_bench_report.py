@@ -43,3 +43,30 @@ def test_bench_scenarios_accepts_demo_alone_and_rejects_unknown(monkeypatch):
     monkeypatch.setenv("BENCH_SCENARIOS", "demo boot")
     with pytest.raises(BenchError, match="BENCH_SCENARIOS"):
         Config.from_env()
+
+
+def test_peak_memory_is_judged_on_pss_at_every_size_with_a_target():
+    runs = [_run("adopt", "ours", 200, nodes=5000), _run("adopt", "floor", 190, nodes=5000)]
+    runs[0].peak_pss_mb, runs[0].peak_rss_mb = 280.0, 450.0
+    res = report.results(runs, {}, None, {})
+    row = res["results"][0]
+    assert (row["peak_pss_mb"], row["peak_rss_mb"]) == (280.0, 450.0)
+    line = report.table(res).splitlines()[-1]
+    assert "| ≤ 1.1 | 280 ✓ | 450 |" in line  # the 5,000 point's targets: ratio 1.1, PSS under 300 MB
+    assert line.count("|") == report.table(res).splitlines()[0].count("|")
+
+
+def test_merge_keeps_the_earlier_points_this_run_did_not_measure():
+    new = report.results([_run("adopt", "ours", 200, nodes=5000), _run("adopt", "floor", 190, nodes=5000)], {}, None,
+                         {"finished_at": "now"})
+    old = {"results": [{**report.results([_run("adopt", "ours", 20), _run("adopt", "floor", 10)], {}, None, {})["results"][0],
+                        "nodes": 100},
+                       {**new["results"][0], "ours_s": 1.0}],
+           "machine": {"finished_at": "then", "runs_per_point": {"100": 3}}}
+    res = report.merged(new, old)
+    assert [(r["scenario"], r["nodes"], r["ours_s"]) for r in res["results"]] == [("adopt", 100, 20.0), ("adopt", 5000, 200.0)]
+    assert res["results"][0]["measured"] == "then" and "measured" not in res["results"][1]
+    assert res["machine"]["earlier"]["finished_at"] == "then"
+    doc = report.generated(res, [], None)
+    assert "Kept from the run of then" in doc and "adopt at 100" in doc
+    assert report.table(res).count("\n") == 3  # head, rule, two rows; the old point's PSS shows "-"
