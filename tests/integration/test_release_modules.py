@@ -28,7 +28,7 @@ PLAYBOOK = textwrap.dedent("""\
         ansible_connection: local
         ansible_python_interpreter: "{{ ansible_playbook_python }}"
         conf: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
-        doomed: [{kind: ConfigMap, namespace: default, name: %(cm)s}]
+        doomed: [{kind: ConfigMap, namespace: default, name: "{{ cm }}"}]
       tasks:
         - {name: old labels, bcd.kubernetes.bcd_release_nodes: {config: "{{ conf }}", step: labels},
            check_mode: true, register: old_labels}
@@ -50,7 +50,7 @@ PLAYBOOK = textwrap.dedent("""\
             dest: "{{ out }}"
             mode: "0600"
           check_mode: false
-    """ % {"cm": CONFIGMAP})
+    """)
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_each_release_module_does_its_own_operation(sandbox, own_objects, tmp_pa
     book = tmp_path / "release_modules.yml"
     book.write_text(PLAYBOOK)
     out = tmp_path / "out.json"
-    run = run_playbook(str(book), "--diff", "-e", json.dumps({"out": str(out)}))
+    run = run_playbook(str(book), "--diff", "-e", json.dumps({"out": str(out), "cm": CONFIGMAP}))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     got = json.loads(out.read_text())
     text = run.stdout + run.stderr
