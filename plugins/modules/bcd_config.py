@@ -47,7 +47,10 @@ extends_documentation_fragment:
 deprecated:
   removed_in: 2.0.0
   why: >-
-    M(bcd.kubernetes.bcd_manifests) does its work in the product - it validates the same inventory, takes the same O(bcd.kubernetes.bcd_manifests#module:required), O(bcd.kubernetes.bcd_manifests#module:existing_files) and O(bcd.kubernetes.bcd_manifests#module:new_files), and returns the same RV(bcd.kubernetes.bcd_manifests#module:config) - and no playbook or role calls bcd_config.
+    M(bcd.kubernetes.bcd_manifests) does its work in the product - it validates the same inventory, takes the same
+    O(bcd.kubernetes.bcd_manifests#module:required), O(bcd.kubernetes.bcd_manifests#module:existing_files) and
+    O(bcd.kubernetes.bcd_manifests#module:new_files), and returns the same
+    RV(bcd.kubernetes.bcd_manifests#module:config) - and no playbook or role calls bcd_config.
   alternative: >-
     Use M(bcd.kubernetes.bcd_manifests) (without O(bcd.kubernetes.bcd_manifests#module:dest) it writes nothing).
 author:

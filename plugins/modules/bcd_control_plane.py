@@ -49,7 +49,9 @@ extends_documentation_fragment:
 deprecated:
   removed_in: 2.0.0
   why: >-
-    M(bcd.kubernetes.bcd_preflight) runs the same control-plane checks in the product (RV(bcd.kubernetes.bcd_preflight#module:control_plane)), in the same run as the cluster's; no playbook or role calls bcd_control_plane.
+    M(bcd.kubernetes.bcd_preflight) runs the same control-plane checks in the product
+    (RV(bcd.kubernetes.bcd_preflight#module:control_plane)), in the same run as the cluster's; no playbook or role
+    calls bcd_control_plane.
   alternative: >-
     Use M(bcd.kubernetes.bcd_preflight).
 author:

@@ -12,9 +12,9 @@ short_description: Verify GPU isolation on every selected node of a cluster
 version_added: 1.0.0
 description:
   - bcd may hand out GPUs only where nothing else does (seed 000, section GPU isolation).
-    This module finds what else could, in the cluster and in the node results read on its GPU nodes, and gives every selected node a verdict, C(isolated), C(exposed)
-    or C(unverifiable), with each finding naming the file or object and its fix. It changes
-    nothing.
+    This module finds what else could, in the cluster and in the node results read on its GPU
+    nodes, and gives every selected node a verdict, C(isolated), C(exposed) or C(unverifiable),
+    with each finding naming the file or object and its fix. It changes nothing.
   - "It reads the cluster with the kubernetes client (C(bcd_kubeconfig),
     C(bcd_kube_context)) and checks every Node C(bcd_node_selector) selects (a selector that selects
     no Node fails, naming it: a gate that checked nothing proves nothing): another device plugin
@@ -349,8 +349,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_isolation_clust
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_isolation_node import NODE_OPTIONS, run_node
 
-# scope=node and scope=settings are modules of their own now; they keep working here until then
-REMOVAL = "2.0.0"
+# scope=node and scope=settings are modules of their own now; they keep working here until 2.0.0
 MOVED = {"node": "bcd.kubernetes.bcd_gpu_isolation_node", "settings": "bcd.kubernetes.bcd_gpu_isolation_settings"}
 
 
@@ -366,7 +365,7 @@ def main() -> None:
     scope = module.params["scope"]
     if scope in MOVED:
         module.deprecate(f"bcd.kubernetes.bcd_gpu_isolation scope={scope} is deprecated: use module {MOVED[scope]} "
-                         "(same options, without scope)", version=REMOVAL, collection_name="bcd.kubernetes")
+                         "(same options, without scope)", version="2.0.0", collection_name="bcd.kubernetes")
     if scope == "node":
         run_node(module)
     elif scope == "settings":

@@ -122,8 +122,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_release import 
     remove_nodes,
 )
 
-# step=labels and step=objects are modules of their own now; they keep working here until then
-REMOVAL = "2.0.0"
+# step=labels and step=objects are modules of their own now; they keep working here until 2.0.0
 MOVED = {"labels": "bcd.kubernetes.bcd_release_labels", "objects": "bcd.kubernetes.bcd_release_objects"}
 
 
@@ -136,7 +135,7 @@ def main() -> None:
     step = module.params["step"]
     if step in MOVED:
         module.deprecate(f"bcd.kubernetes.bcd_release_nodes step={step} is deprecated: use module {MOVED[step]} "
-                         "(same options, without step)", version=REMOVAL, collection_name="bcd.kubernetes")
+                         "(same options, without step)", version="2.0.0", collection_name="bcd.kubernetes")
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool") if step == "control_plane" else ())
     core = kube(module, inv)
     try:
