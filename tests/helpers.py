@@ -55,6 +55,7 @@ def run_module(name: str, args: dict, check_mode: bool = False) -> tuple[int, di
 
     # a module runs in a fresh process: no warning of an earlier in-process run carries over
     warnings._global_warnings.clear()
+    warnings._global_deprecations.clear()
     # nor is it the controller, even when another test imported controller code into this process
     # (ansible-core then prints a module's warnings instead of returning them in the result)
     was_controller, _internal.is_controller = _internal.is_controller, False

@@ -42,7 +42,7 @@ description:
     isolation), each reverted field naming the field manager that owns it now
     (C(metadata.managedFields)), such as C(helm) after a C(helm upgrade)."
   - "C(gpu-isolation) per selected Node - the verdict of the GPU isolation gate (O(isolation), the
-    C(bcd_gpu_isolation) C(scope=cluster) result doctor.yml prints), leaving out the ClusterPolicy's
+    M(bcd.kubernetes.bcd_gpu_isolation) result doctor.yml prints), leaving out the ClusterPolicy's
     findings, which C(clusterpolicy) reports once."
   - "C(join-tokens) - no unrevoked, unexpired join token whose description names this cluster
     (C(joinTokens.list)); C(join-secret) - no join-token Secret (C(bcd_join_token_secret)) in the
@@ -73,7 +73,7 @@ options:
     elements: dict
     required: true
   isolation:
-    description: The C(bcd_gpu_isolation) C(scope=cluster) result (its C(nodes)).
+    description: The M(bcd.kubernetes.bcd_gpu_isolation) result (its C(nodes)).
     type: dict
     required: true
 extends_documentation_fragment:

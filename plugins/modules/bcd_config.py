@@ -11,7 +11,7 @@ module: bcd_config
 short_description: Validate the bcd_* inventory variables with the inventory model
 version_added: 1.0.0
 description:
-  - The first task of every bcd-ansible playbook. Validates every C(bcd_*) variable with the one
+  - Validates every C(bcd_*) variable with the one
     inventory model (C(plugins/module_utils/bcd_model.py)) and returns the normalised values.
   - Refuses what seed 000 refuses (an image not pinned by digest, URLs that are not https,
     malformed pins, names, label keys and values, resource quantities, unknown presets, host
@@ -45,6 +45,15 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.api_key_unused
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
+deprecated:
+  removed_in: 2.0.0
+  why: >-
+    M(bcd.kubernetes.bcd_manifests) does its work in the product - it validates the same inventory, takes the same
+    O(bcd.kubernetes.bcd_manifests#module:required), O(bcd.kubernetes.bcd_manifests#module:existing_files) and
+    O(bcd.kubernetes.bcd_manifests#module:new_files), and returns the same
+    RV(bcd.kubernetes.bcd_manifests#module:config) - and no playbook or role calls bcd_config.
+  alternative: >-
+    Use M(bcd.kubernetes.bcd_manifests) (without O(bcd.kubernetes.bcd_manifests#module:dest) it writes nothing).
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

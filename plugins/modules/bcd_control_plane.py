@@ -46,6 +46,14 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.control_plane
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
+deprecated:
+  removed_in: 2.0.0
+  why: >-
+    M(bcd.kubernetes.bcd_preflight) runs the same control-plane checks in the product
+    (RV(bcd.kubernetes.bcd_preflight#module:control_plane)), in the same run as the cluster's; no playbook or role
+    calls bcd_control_plane.
+  alternative: >-
+    Use M(bcd.kubernetes.bcd_preflight).
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

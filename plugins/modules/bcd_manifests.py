@@ -32,7 +32,8 @@ options:
     required: true
   required:
     description:
-      - Variables this playbook needs beyond the model's own required ones (see M(bcd.kubernetes.bcd_config)).
+      - Variables this playbook needs beyond the model's own required ones (for example C(bcd_control_plane_url),
+        C(bcd_tenant) and C(bcd_pool) to mint a join token); a missing one is INVALID_CONFIG.
     type: list
     elements: str
     default: []
@@ -54,7 +55,8 @@ options:
     default: false
   new_files:
     description:
-      - Variables naming files this playbook will create; each must not exist yet (see M(bcd.kubernetes.bcd_config)).
+      - Variables naming files this playbook will create; each must not exist yet (checked on the host that runs
+        the module, before anything is changed).
     type: list
     elements: str
     default: []
@@ -117,7 +119,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 config:
-  description: Every C(bcd_*) variable, validated and normalised, as M(bcd.kubernetes.bcd_config) returns it (never C(bcd_api_key)).
+  description: Every C(bcd_*) variable, validated and normalised (never C(bcd_api_key)).
   returned: success
   type: dict
 label_selector:

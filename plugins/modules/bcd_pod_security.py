@@ -27,6 +27,13 @@ extends_documentation_fragment:
   - bcd.kubernetes.bcd.cluster
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
+deprecated:
+  removed_in: 2.0.0
+  why: >-
+    M(bcd.kubernetes.bcd_preflight) runs the same Pod Security check in the product
+    (RV(bcd.kubernetes.bcd_preflight#module:pod_security)); no playbook or role calls bcd_pod_security.
+  alternative: >-
+    Use M(bcd.kubernetes.bcd_preflight).
 author:
   - bcd-ansible developers (!UNKNOWN)
 """

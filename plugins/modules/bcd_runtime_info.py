@@ -13,7 +13,7 @@ version_added: 1.0.0
 description:
   - Runs on a GPU node (a host of inventory group C(gpu_nodes), over SSH) and asks the container
     runtime running there, not its files, what it runs. It changes nothing. M(bcd.kubernetes.bcd_gpu_isolation)
-    O(bcd.kubernetes.bcd_gpu_isolation#module:scope=cluster) compares its answer with what the file judge concluded
+    compares its answer with what the file judge concluded
     from the node's files (O(bcd.kubernetes.bcd_gpu_isolation#module:node_results) items carry it as C(runtime)),
     and the runtime's answer wins where they differ.
   - "The running daemons are found in C(/proc/<pid>/comm) and C(cmdline): C(containerd) (k3s's and RKE2's

@@ -430,9 +430,11 @@ def test_trust_follows_the_seed_pool_policy(env, ns):
 
 
 def _preflight(env) -> tuple[int, dict]:
+    """The control-plane part of bcd_preflight's answer, as adopt-cluster.yml's preflight gets it."""
     variables = {k: v for k, v in env.cp.vars.items() if k != "bcd_api_key"}
-    variables.update(bcd_image=IMAGE, bcd_node_selector=GPU_SELECTOR)
-    return run_module("bcd_control_plane", {"config": variables, "api_key": env.cp.vars["bcd_api_key"]})
+    variables.update(bcd_image=IMAGE, bcd_node_selector=GPU_SELECTOR, bcd_kubeconfig=str(env.sb.kubeconfig))
+    code, result = run_module("bcd_preflight", {"config": variables, "api_key": env.cp.vars["bcd_api_key"]})
+    return code, result.get("control_plane", result)
 
 
 def test_every_pin_that_can_be_checked_is_and_the_others_are_said_so(env):

@@ -1,6 +1,8 @@
 """bcd_preflight against the sandbox: in one module run it returns what the modules it replaces
 (bcd_control_plane, bcd_nodes, bcd_pod_security, a check-mode bcd_join_token scope=stale, and
 kubernetes.core's read of the ClusterPolicies) return one at a time, facts and refusals alike.
+bcd_control_plane and bcd_pod_security are retired for it: they still run through meta/runtime.yml's
+deprecation routing, with a warning, until 2.0.0.
 
 Each test runs one playbook that calls the separate modules and then bcd_preflight on the same
 cluster and control plane, and compares what they registered.
@@ -68,6 +70,9 @@ def both(tmp_path, cluster: str, **extra) -> dict:
     run = run_playbook(str(book), "-e", json.dumps({"out": str(out), "cluster": cluster, **extra}))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "Traceback" not in run.stdout + run.stderr
+    said = " ".join((run.stdout + run.stderr).split())
+    for retired in ("bcd_control_plane", "bcd_pod_security"):
+        assert f"bcd.kubernetes.{retired} has been deprecated. nothing in the product calls it; use bcd.kubernetes.bcd_preflight" in said
     return json.loads(out.read_text())
 
 

@@ -218,16 +218,28 @@ def test_the_table_has_a_ready_column():
     assert lines[2] == "  - [not-ready] /etc/cdi: m"
 
 
-def test_node_scope_module_reports_readiness_and_gates_on_it(tmp_path):
+def test_node_module_reports_readiness_and_gates_on_it(tmp_path):
     from tests.unit.plugins.module_utils.test_gpu_runtime_effective_cases import CASES
 
-    code, out = run_module("bcd_gpu_isolation", {"scope": "node", "root": str(CASES / "19-no-nvidia-handler"),
-                                                 "node_name": "n19"})
+    code, out = run_module("bcd_gpu_isolation_node", {"root": str(CASES / "19-no-nvidia-handler"), "node_name": "n19"})
     assert code == 0 and out["passed"] is False
     (node,) = out["report"]["nodes"]
     assert node["verdict"] == "isolated" and node["ready"] == NOT_READY
     assert {f["check"] for f in node["readiness"]} == {"runtime-handler", "cdi-spec"}
     assert "READY" in out["table"][0]
+
+
+def test_deprecated_node_scope_gives_the_node_modules_answer_and_says_so():
+    """bcd_gpu_isolation scope=node keeps working until 2.0.0, with a deprecation naming its successor."""
+    from tests.unit.plugins.module_utils.test_gpu_runtime_effective_cases import CASES
+
+    args = {"root": str(CASES / "19-no-nvidia-handler"), "node_name": "n19"}
+    code, old = run_module("bcd_gpu_isolation", {"scope": "node", **args})
+    _, new = run_module("bcd_gpu_isolation_node", args)
+    assert code == 0
+    (deprecation,) = old.pop("deprecations")
+    assert "use module bcd.kubernetes.bcd_gpu_isolation_node" in str(deprecation) and deprecation["version"] == "2.0.0", deprecation
+    assert {k: v for k, v in old.items() if k != "invocation"} == {k: v for k, v in new.items() if k != "invocation"}
 
 
 def test_a_handler_whose_binary_a_template_computes_is_unknown(tmp_path):

@@ -97,17 +97,31 @@ def test_cdi_spec_with_a_driver_uses_uuid_names_and_is_idempotent(tmp_path):
 
 # --- settings and load_some -------------------------------------------------------------------------
 
-def test_settings_scope_validates_only_its_variables(tmp_path):
-    code, out = run_module("bcd_gpu_isolation", {
-        "scope": "settings", "base_dir": str(tmp_path),
-        "config": {"bcd_nvidia_toolkit": "packages", "bcd_node_root": "n1", "bcd_report_out": "r.json",
-                   "bcd_node_roots": {"gpu-node-1": "/srv/n1"}, "bcd_image": "anything: not checked here"},
-    })
+SETTINGS_ARGS = {"config": {"bcd_nvidia_toolkit": "packages", "bcd_node_root": "n1", "bcd_report_out": "r.json",
+                            "bcd_node_roots": {"gpu-node-1": "/srv/n1"}, "bcd_image": "anything: not checked here"}}
+
+
+def test_settings_module_validates_only_its_variables(tmp_path):
+    code, out = run_module("bcd_gpu_isolation_settings", {**SETTINGS_ARGS, "base_dir": str(tmp_path)})
     assert code == 0, out
     s = out["settings"]
     assert s["mode"] == "packages" and s["toolkit_paths"] == {"files": [], "dirs": ["/etc/nvidia-container-runtime"]}
     assert s["node_root"] == os.path.join(tmp_path, "n1") and s["report_out"] == os.path.join(tmp_path, "r.json")
     assert s["node_roots"] == {"gpu-node-1": "/srv/n1"}
+
+
+def test_deprecated_settings_scope_gives_the_settings_modules_answer_and_says_so(tmp_path):
+    code, old = run_module("bcd_gpu_isolation", {**SETTINGS_ARGS, "base_dir": str(tmp_path), "scope": "settings"})
+    _, new = run_module("bcd_gpu_isolation_settings", {**SETTINGS_ARGS, "base_dir": str(tmp_path)})
+    assert code == 0, old
+    (deprecation,) = old.pop("deprecations")
+    assert "use module bcd.kubernetes.bcd_gpu_isolation_settings" in str(deprecation) and deprecation["version"] == "2.0.0", deprecation
+    assert {k: v for k, v in old.items() if k != "invocation"} == {k: v for k, v in new.items() if k != "invocation"}
+
+
+def test_the_cluster_check_wants_the_inventory():
+    code, out = run_module("bcd_gpu_isolation", {})
+    assert code == 1 and "config" in out["msg"], out
 
 
 @pytest.mark.parametrize("variables,line", [

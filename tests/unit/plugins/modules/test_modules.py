@@ -5,20 +5,23 @@ from __future__ import annotations
 import json
 import stat
 
-from tests.helpers import TEMPLATE, base_vars, run_module
+from tests.helpers import TEMPLATE, base_vars, recap, run_module, run_playbook
 
 
-def test_bcd_config_returns_normalised_values():
-    code, result = run_module("bcd_config", {"config": base_vars(bcd_resources={"requests": {"cpu": "1000m"}}, bcd_token_ttl="90m")})
+def test_bcd_manifests_returns_normalised_values():
+    # what the retired bcd_config returned, the product's path returns (bcd_manifests, without dest)
+    code, result = run_module("bcd_manifests", {"config": base_vars(bcd_resources={"requests": {"cpu": "1000m"}}, bcd_token_ttl="90m"),
+                                                "template": str(TEMPLATE)})
     assert code == 0 and result["changed"] is False
     assert result["config"]["bcd_resources"]["requests"] == {"cpu": "1"}
     assert result["config"]["bcd_token_ttl"] == 5400
     assert result["label_selector"] == "nvidia.com/gpu.present=true"
-    assert result["configmap_name"] == "bcd-config"
+    assert result["configmap"]["metadata"]["name"] == "bcd-config"
 
 
-def test_bcd_config_refuses_with_invalid_config_lines():
-    code, result = run_module("bcd_config", {"config": base_vars(bcd_image="nginx:latest", bcd_typo=1), "required": ["bcd_tenant"]})
+def test_bcd_manifests_refuses_with_invalid_config_lines():
+    code, result = run_module("bcd_manifests", {"config": base_vars(bcd_image="nginx:latest", bcd_typo=1), "required": ["bcd_tenant"],
+                                                "template": str(TEMPLATE)})
     assert code == 1 and result["failed"] is True
     assert result["errors"] == [
         "INVALID_CONFIG: bcd_image: 'nginx:latest' is not pinned by digest: use registry/repo[:tag]@sha256:<64 hex digits>",
@@ -29,10 +32,39 @@ def test_bcd_config_refuses_with_invalid_config_lines():
     assert "Traceback" not in json.dumps(result)
 
 
-def test_bcd_config_never_returns_the_api_key():
+def test_bcd_manifests_never_returns_the_api_key():
     secret = "bcdk_live_0123456789abcdef"
-    code, result = run_module("bcd_config", {"config": base_vars(bcd_api_key=secret)})
+    code, result = run_module("bcd_manifests", {"config": base_vars(bcd_api_key=secret), "template": str(TEMPLATE)})
     assert code == 0 and secret not in json.dumps(result)
+
+
+RETIRED = {"bcd_config": "bcd.kubernetes.bcd_manifests", "bcd_control_plane": "bcd.kubernetes.bcd_preflight",
+           "bcd_pod_security": "bcd.kubernetes.bcd_preflight"}
+
+
+def test_retired_modules_still_run_and_name_their_successor(tmp_path):
+    """meta/runtime.yml's deprecation routing: each retired name still runs its module (here to its
+    INVALID_CONFIG refusal, before any connection) and warns, naming what replaces it."""
+    book = tmp_path / "retired.yml"
+    book.write_text("".join(f"""
+- name: {name}
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run {name}
+      bcd.kubernetes.{name}:
+        config: {{bcd_typo: 1}}
+      ignore_errors: true
+""" for name in RETIRED))
+    run = run_playbook(str(book), "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter={{ ansible_playbook_python }}")
+    out = " ".join(run.stdout.split() + run.stderr.split())
+    assert run.returncode == 0, out[-3000:]
+    for name, successor in RETIRED.items():
+        assert f"bcd.kubernetes.{name} has been deprecated." in out, name
+        assert f"use {successor}" in out, name
+        assert "removed from collection 'bcd.kubernetes' version 2.0.0" in out
+    # each ran, and refused the typo
+    assert recap(run.stdout)["localhost"]["ignored"] == len(RETIRED) and "INVALID_CONFIG: bcd_typo: unknown variable" in out
 
 
 def test_bcd_manifests_renders_without_dest(tmp_path):

@@ -1,0 +1,101 @@
+# Copyright: bcd-ansible contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU isolation on one node: judge a node root's files and give the node's verdict and gate.
+
+Runs where module bcd_gpu_isolation_node runs - on a GPU node over SSH, or on the controller for
+a folder of collected files - so it imports nothing that needs the controller's packages
+(pydantic, kubernetes). The judge itself is module_utils bcd_gpu_isolation."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
+    ISOLATED,
+    NOT_READY,
+    NodeRootError,
+    containerd_binary,
+    ready_summary,
+    summary,
+    table,
+    verify_node_root,
+)
+
+# The options of a node check (bcd_gpu_isolation_node; bcd_gpu_isolation's deprecated scope=node).
+NODE_OPTIONS = {
+    "root": {"type": "path", "default": "/"},
+    "node_name": {"type": "str", "default": "node"},
+    "runtime_paths": {"type": "dict", "default": {}},
+    "toolkit_paths": {"type": "dict", "default": {}},
+    "runtime_handler": {"type": "str", "default": "nvidia"},
+    "gpu_api": {"type": "str", "choices": ["device-plugin", "dra"], "default": "device-plugin"},
+    "enforce": {"type": "bool", "default": True},
+}
+
+
+def paths_param(module, name: str) -> dict:
+    value = module.params[name] or {}
+    out = {"files": [], "dirs": []}
+    for key in out:
+        items = value.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(p, str) and p.startswith("/") for p in items):
+            module.fail_json(msg=f"INVALID_CONFIG: {name}.{key}: must be a list of absolute paths")
+        out[key] = items
+    extra = sorted(set(value) - {"files", "dirs", "preset"})
+    if extra:
+        module.fail_json(msg=f"INVALID_CONFIG: {name}: unknown key {extra[0]!r} (expected files, dirs)")
+    return out
+
+
+def judge_gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
+    counts = summary(nodes)
+    passed = bool(nodes) and all(n["verdict"] == ISOLATED and n.get("ready") != NOT_READY for n in nodes)
+    report = {
+        "cluster": cluster,
+        "passed": passed,
+        "enforce": enforce,
+        "summary": counts,
+        "ready_summary": ready_summary(nodes),
+        "nodes": [
+            {k: n.get(k) for k in ("name", "verdict", "ready", "source", "findings", "readiness", "node_files", "notes",
+                                   "bcd")
+             if k != "bcd" or "bcd" in n}
+            for n in nodes
+        ],
+    }
+    report.update(extra)
+    return {"nodes": report["nodes"], "summary": counts, "passed": passed, "table": table(nodes), "report": report}
+
+
+def containerd_version(module, root: str) -> str | None:
+    """On the node itself (root /): what its containerd binary says it is (``--version``)."""
+    if os.path.realpath(root) != "/":
+        return None
+    try:
+        binary = containerd_binary("/")
+    except (NodeRootError, OSError):
+        return None
+    if not binary:
+        return None
+    rc, out, _err = module.run_command([binary, "--version"])
+    return out if rc == 0 and out.strip() else None
+
+
+def run_node(module) -> None:
+    root = module.params["root"]
+    name = module.params["node_name"]
+    try:
+        result = verify_node_root(root, paths_param(module, "runtime_paths"), paths_param(module, "toolkit_paths"),
+                                  module.params["runtime_handler"] or None, module.params["gpu_api"],
+                                  containerd_version=containerd_version(module, root))
+    except NodeRootError as exc:
+        module.fail_json(msg=f"bcd_node_root: {exc}")
+        return
+    node = {"name": name, **result, "root": root}
+    entry = {**{k: node[k] for k in ("name", "verdict", "ready", "findings", "readiness", "notes")},
+             "node_files": f"from {root}", "source": "files"}
+    gate = judge_gate([entry], None, module.params["enforce"], {"node_root": root})
+    if not gate["passed"] and not module.params["enforce"]:
+        module.warn(f"GPU isolation: {name} is {entry['verdict']}, {entry['ready']} (bcd_gpu_isolation_enforce is "
+                    "false, so this is only a warning)")
+    module.exit_json(changed=False, node=node, **gate)
