@@ -468,7 +468,7 @@ Duration = Annotated[int, Field(ge=0)]
 
 
 class Inventory(BaseModel):
-    """Every ``bcd_*`` inventory variable. README.md has the same table, for operators."""
+    """Every ``bcd_*`` inventory variable. docs/variables.md has the same table, for operators."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
