@@ -124,11 +124,12 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_isolation_clust
     SETTINGS_OPTIONS,
     run_settings,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import API_KEY_OPTION
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=dict(SETTINGS_OPTIONS, api_key=API_KEY_OPTION), supports_check_mode=True)
+    # the action group's module_defaults set api_key for every member; not used
+    module = AnsibleModule(argument_spec=dict(SETTINGS_OPTIONS, api_key={"type": "str", "no_log": True}),
+                           supports_check_mode=True)
     run_settings(module)
 
 
