@@ -73,6 +73,10 @@ GATE_SAY_EVERY = 25.0
 # Seconds a watch follows the DaemonSet and its pods at most (stopped when the run ends).
 FOLLOW_FOR = 24 * 3600.0
 FAILED_IN_MSG = 3  # failed nodes named with their reason in the failure message
+# Seconds of minReadySeconds at least while the DaemonSet controller rolls a stage: the time there
+# is to set OnDelete once it has deleted the stage's pods, before a new pod turns available and it
+# starts on more (a soak shorter than this leaves minReadySeconds lower the rest of the time).
+MIN_READY_GUARD = 5
 
 
 def _now() -> dt.datetime:
@@ -304,7 +308,12 @@ class Rollout:
         stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
         if refuse is None and stages and len(stages[0]["nodes"]) == len(to_roll):
             refuse = self.all_at_once(stages[0], len(to_roll), len(nodes))
-        self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous, losing=losing)
+        # the plan names each stage's size and the Nodes still to roll: the DaemonSet controller
+        # picks each stage's Nodes among them as it rolls
+        sized = [{"name": s["name"], "size": len(s["nodes"]), **({"nodes": s["nodes"]} if s["name"] == "canary" else {})}
+                 for s in stages]
+        self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, sized, previous, losing=losing,
+                           to_roll=[n for s in stages for n in s["nodes"]])
 
     def all_at_once(self, first: dict, rolling: int, selected: int) -> str | None:
         """The refusal of a plan whose first stage rolls every node to roll (no canary left) on more
@@ -324,12 +333,14 @@ class Rollout:
         return None
 
     def finish_status(self, ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous=None,
-                      losing=None) -> None:
+                      losing=None, to_roll=None) -> None:
         current = container_image(ds) if ds else None
         healthy = ds is not None and not unhealthy and not incomplete
         losing = list(losing or [])
-        stage_of = {n: s["name"] for s in stages for n in s["nodes"]}
-        stay = [n for n in nodes if n not in stage_of]
+        to_roll = list(to_roll or [])
+        rolling = set(to_roll)
+        named = {n: s["name"] for s in stages for n in s.get("nodes") or []}  # the canary's
+        stay = [n for n in nodes if n not in rolling]
         if refuse:
             result, headline = "refused", f"rollout refused: {refuse}"
         elif not self.p.get("changes", True) and healthy:
@@ -338,8 +349,8 @@ class Rollout:
             result = "planned"
             # the headline counts what the table lists: the selected Nodes (rolled or staying)
             # and those that lose bcd
-            per_stage = ", ".join(f"{s['name']} {len(s['nodes'])}" for s in stages)
-            headline = (f"rollout {change(current, self.inv.bcd_image)}: {len(stage_of)} of {len(nodes)} selected node(s) "
+            per_stage = ", ".join(f"{s['name']} {s['size']}" for s in stages)
+            headline = (f"rollout {change(current, self.inv.bcd_image)}: {len(to_roll)} of {len(nodes)} selected node(s) "
                         f"roll in {len(stages)} stage(s)" + (f" ({per_stage})" if stages else "")
                         + f", {len(stay)} stay as they are"
                         + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
@@ -347,22 +358,22 @@ class Rollout:
         rows = []
         for name in losing:
             pod = pods.get(name)
-            rows.append({"name": name, "stage": None, "from": short(container_image(pod)) if pod else None, "to": None,
+            rows.append({"name": name, "stage": named.get(name), "from": short(container_image(pod)) if pod else None, "to": None,
                          "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": None,
                          "outcome": "loses bcd: not selected by bcd_node_selector, its pod is deleted"})
         for name in sorted(nodes, key=natural):
             pod = pods.get(name)
             cp_node = cpn.get(name) or {}
             why = next((u["why"] for u in unhealthy if u["node"] == name), None)
-            rows.append({"name": name, "stage": stage_of.get(name), "from": short(container_image(pod)) if pod else None,
+            rows.append({"name": name, "stage": named.get(name), "from": short(container_image(pod)) if pod else None,
                          "to": short(container_image(pod)) if pod else None,
                          "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": cp_node.get("state"),
-                         "outcome": f"unhealthy: {why}" if why else ("will roll" if name in stage_of else "up to date")})
+                         "outcome": f"unhealthy: {why}" if why else ("will roll" if name in rolling else "up to date")})
         rows.sort(key=lambda r: natural(r["name"]))
         summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
-                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay)
+                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay, to_roll=to_roll)
         self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
-                         plan=stages, healthy=healthy, revision=revision, image=current, selected=len(nodes), **self.lock_result)
+                         plan=stages, to_roll=to_roll, healthy=healthy, revision=revision, image=current, selected=len(nodes), **self.lock_result)
 
     def summary(self, result, headline, from_image, stages, rows, **extra) -> dict:
         return {
@@ -471,6 +482,71 @@ class Rollout:
                         f"available on DaemonSet {self.ns}/{self.name} (kubectl rollout status daemonset/{self.name} "
                         f"-n {self.ns})")
             time.sleep(min(1.0, self.interval))
+
+    def strategy(self, rolling: int | None, min_ready: int | None) -> int:
+        """Set the DaemonSet's update strategy: RollingUpdate with maxUnavailable ``rolling`` (and
+        maxSurge 0), or OnDelete when None; with ``min_ready``, its minReadySeconds too. A merge
+        patch of those fields alone (field manager FIELD_MANAGER-rollout: the render's own apply
+        takes them back at the end). Returns the DaemonSet's new generation."""
+        strategy = ({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": rolling, "maxSurge": 0}}
+                    if rolling is not None else {"type": "OnDelete", "rollingUpdate": None})
+        spec = {"updateStrategy": strategy, **({"minReadySeconds": min_ready} if min_ready is not None else {})}
+        out = self.kube.request("PATCH", path("daemonsets", self.name, self.ns), {"fieldManager": f"{FIELD_MANAGER}-rollout"},
+                                {"spec": spec}, content_type="application/merge-patch+json")
+        self.did_change = True
+        return int(((out or {}).get("metadata") or {}).get("generation") or 0)
+
+    def taken(self, ds: dict, to_roll: list[str], revision: str) -> list[str]:
+        """The Nodes of ``to_roll`` whose old pod the DaemonSet controller has deleted (as the pods'
+        watch saw it): their pod is on ``revision``, or terminating and not replaced yet."""
+        pods = self.pods(ds)
+        return [n for n in to_roll if n not in pods or pod_revision(pods[n]) == revision]
+
+    def ds_seen(self, generation: int, timeout: float = 60) -> None:
+        """Wait (on the DaemonSet's watch) until its controller has seen ``generation``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.follow_ds.check()
+            ds = next(iter(self.follow_ds.objects().values()), None)
+            if ds is not None and int((ds.get("status") or {}).get("observedGeneration") or 0) >= generation:
+                return
+            if time.monotonic() >= deadline:
+                raise KubeError(f"the DaemonSet controller did not see DaemonSet {self.ns}/{self.name} generation "
+                                f"{generation} within {timeout:g}s (is kube-controller-manager running?)")
+            wait_for_change(self.changed, min(WAKE_MAX, max(0.0, deadline - time.monotonic())))
+
+    def controller_stage(self, ds: dict, to_roll: list[str], before: set[str], size: int, cumulative: int,
+                         revision: str) -> tuple[list[str], str | None]:
+        """One stage, rolled by the DaemonSet controller: RollingUpdate with maxUnavailable ``size``
+        until it has deleted the old pods of ``cumulative`` Nodes of ``to_roll`` in all, then OnDelete
+        before any new pod turns available (minReadySeconds, at least MIN_READY_GUARD s meanwhile),
+        so that no further batch starts. Returns the Nodes it rolled in this stage (those of
+        ``to_roll`` not in ``before``), and why it fell short of ``cumulative``, or None."""
+        spec = ds.get("spec") or {}
+        min_ready = int(spec.get("minReadySeconds") or 0)
+        guard = MIN_READY_GUARD if min_ready < MIN_READY_GUARD else None
+        self.strategy(size, guard)
+        deadline = time.monotonic() + self.inv.bcd_rollout_gate_timeout
+        short_by = None
+        try:
+            while True:
+                self.renew()
+                got = self.taken(ds, to_roll, revision)
+                if len(got) >= cumulative:
+                    break
+                if time.monotonic() >= deadline:
+                    st = next(iter(self.follow_ds.objects().values()), {}).get("status") or {}
+                    short_by = (f"the DaemonSet controller replaced {len(got) - len(before)} of the stage's {size} pod(s) "
+                                f"in {self.inv.bcd_rollout_gate_timeout}s (maxUnavailable {size}; it counts "
+                                f"{int(st.get('numberUnavailable') or 0)} pod(s) unavailable, and replaces no more while "
+                                f"that many are): kubectl describe daemonset/{self.name} -n {self.ns}")
+                    break
+                wait_for_change(self.changed, min(WAKE_MAX, max(0.0, deadline - time.monotonic())))
+        finally:
+            # no further batch: OnDelete, as the controller sees it, before the stage's new pods turn available
+            self.ds_seen(self.strategy(None, min_ready if guard is not None else None))
+        rolled = [n for n in self.taken(ds, to_roll, revision) if n not in before]
+        return rolled, short_by
 
     def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
         """The DaemonSet as its watch last saw it (else one GET): whether its controller counts
@@ -658,32 +734,47 @@ class Rollout:
             already = len([n for n in pods if n in nodes]) - len(to_roll)  # pods on the newest revision before the first stage
             stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
             rolled: list[str] = []
+            cumulative = 0
             for i, stage in enumerate(stages):
                 self.renew()
                 t0 = time.monotonic()
                 timings["_stage"] = t0
-                record = {"name": stage["name"], "nodes": stage["nodes"], "started_at": _rfc3339(), "outcome": "running"}
+                size = len(stage["nodes"])
+                cumulative += size
+                record = {"name": stage["name"], "size": size, "nodes": [], "started_at": _rfc3339(), "outcome": "running"}
                 stages_out.append(record)
-                # the pods the last passing check listed (or the first list): listing 1,000 pods
-                # again costs seconds; a pod replaced since keeps its new uid and is not deleted
-                doomed = []
-                for node in stage["nodes"]:
-                    stage_of[node] = stage["name"]
-                    pod = self.listed.get(node)
-                    if pod is not None and pod_revision(pod) != revision:
-                        doomed.append(pod)
                 self.events_since = _rfc3339()
-                self.delete_pods(doomed)
-                rolled += stage["nodes"]
-                self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(stage['nodes'])} node(s) "
+                if stage["name"] == "canary":
+                    # the canary is the plan's: its few pods are deleted by name (each DELETE names
+                    # the pod's uid, so a pod replaced since is never deleted)
+                    members, short_by = list(stage["nodes"]), None
+                    self.delete_pods([p for n in members if (p := self.listed.get(n)) is not None
+                                      and pod_revision(p) != revision])
+                else:
+                    # a batch: the DaemonSet controller deletes and replaces its pods, and picks them
+                    members, short_by = self.controller_stage(ds, to_roll, set(rolled), size, cumulative, revision)
+                record["nodes"] = members
+                if len(members) != size:
+                    record["planned_size"] = size
+                    self.notes.append(f"stage {stage['name']}: the DaemonSet controller replaced {len(members)} pod(s), "
+                                      f"{size} planned" + (" (the next stage counts the extra ones)" if len(members) > size
+                                                           else ""))
+                for node in members:
+                    stage_of[node] = stage["name"]
+                rolled += members
+                self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(members)} node(s) "
                                    f"to {target.rsplit('/', 1)[-1]})")
                 problems = self.gate(ds, rolled, revision, target, baseline, timings, expect_updated=already + len(rolled))
+                if short_by and not problems:
+                    problems = {f"DaemonSet {self.ns}/{self.name}": short_by}
                 record["seconds"] = round(time.monotonic() - t0, 1)
                 if problems:
                     record["outcome"] = "failed"
-                    failed = [{"node": n, "stage": stage_of.get(n), "why": w} for n, w in sorted(problems.items(), key=lambda x: natural(x[0]))]
+                    failed = [{"node": n, "stage": stage_of.get(n, stage["name"]), "why": w}
+                              for n, w in sorted(problems.items(), key=lambda x: natural(x[0]))]
                     for later in stages[i + 1:]:
-                        stages_out.append({"name": later["name"], "nodes": later["nodes"], "outcome": "not started"})
+                        stages_out.append({"name": later["name"], "size": len(later["nodes"]), "nodes": [],
+                                           "outcome": "not started"})
                     break
                 record["outcome"] = "passed"
             if failed:
@@ -720,7 +811,7 @@ class Rollout:
         summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
         self.unfollow()
         out = {"changed": self.did_change, "watch": self.watched(), "summary": summary, "table": table(summary), "plan": [
-            {"name": s["name"], "nodes": s["nodes"]} for s in stages_out]}
+            {"name": s["name"], "size": s["size"], "nodes": s["nodes"]} for s in stages_out]}
         if result != "succeeded":
             self.m.fail_json(msg=headline, **out)
         self.m.exit_json(**out)

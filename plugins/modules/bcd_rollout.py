@@ -31,10 +31,23 @@ description:
     unless C(bcd_rollout_all_at_once), since a failure there hits the whole fleet at once; with one selected
     Node it is a warning.
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete). It waits
-    for the DaemonSet controller to see it, then deletes the pods not on the newest revision
-    (8 DELETE requests in flight at once) one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
-    C(bcd_rollout_max_unavailable), a count or a percentage of the selected Nodes rounded up)
-    and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
+    for the DaemonSet controller to see it, then replaces the pods not on the newest revision one stage
+    at a time - C(bcd_rollout_canary) nodes first, then batches of C(bcd_rollout_max_unavailable) (a count
+    or a percentage of the selected Nodes rounded up).
+  - The canary's pods are deleted by name (the plan's first Nodes in natural order; each DELETE names the
+    pod's uid, so a pod replaced since is never deleted).
+  - A batch is the DaemonSet controller's - C(state=run) sets C(updateStrategy) to C(RollingUpdate) with
+    C(maxUnavailable) the batch's size (C(maxSurge) 0; a merge patch, field manager C(bcd-ansible-rollout)),
+    and once the pods' watch sees that the controller has deleted the old pods of as many Nodes as the stages
+    so far hold, sets C(OnDelete) again (and waits for the controller to see it) before any of the batch's new
+    pods turns available, so that no further batch starts. While a batch rolls, C(minReadySeconds) is at least
+    5 (restored with C(OnDelete)); with C(bcd_rollout_soak) below it, the controller takes a batch's last pods
+    once the previous stage's pods have been Ready that long. The controller picks the batch's Nodes; the
+    report names them. A batch it replaces fewer pods of than planned within C(bcd_rollout_gate_timeout)
+    (it replaces no more while as many pods as the batch's size count unavailable) fails the gate, naming the
+    DaemonSet; a batch of another size than planned (it deleted more before C(OnDelete) took effect) is said in
+    the report's notes, and the next stage counts its extra Nodes.
+  - After each stage it waits up to C(bcd_rollout_gate_timeout) for the health gate - every
     rolled Node is Ready and has a Ready pod on the new revision and image, and its bcd node still reports
     (not offline, no failing condition it did not have at the start) - and then stays so for
     C(bcd_rollout_soak) seconds (default 30, the same as the DaemonSet's C(minReadySeconds)), checked
@@ -58,9 +71,6 @@ description:
     after max(2 O(interval), 1) seconds, or four times as long as the last successful check
     took if that is longer, but never more than 15 seconds (spaced out, checks do not take the
     API server's CPU from the rollout they check).
-    The pods the first stage deletes are those listed at the start; the pods a later stage
-    deletes are those the previous stage's passing check saw (each DELETE names the pod's
-    uid, so a pod replaced since is never deleted).
   - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
     (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
     previous revision, waits up to C(bcd_rollout_gate_timeout) for them to be healthy, re-applies
@@ -179,7 +189,8 @@ summary:
     - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
       C(unchanged), C(planned), C(refused), C(succeeded), C(failed) (a gate failed, no rollback),
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
-      nodes, outcome and seconds; C(nodes) one row per selected Node (C(from) the short digest its
+      planned C(size), their C(nodes) (with C(state=run), those rolled), outcome and seconds (a stage of another
+      size than planned keeps C(planned_size) and a note); C(nodes) one row per selected Node (C(from) the short digest its
       pod ran at the start, C(to) now, C(pod), C(state) of its bcd node, C(outcome)); C(failed_nodes) with why;
       C(rollback); C(unhealthy) and C(incomplete) (locked); with C(state=locked) C(losing) (the Nodes that run a
       bcd pod and that C(bcd_node_selector) no longer selects) and C(staying) (the selected Nodes that do not roll);
@@ -202,10 +213,18 @@ previous:
   type: list
   elements: dict
 plan:
-  description: The stages, C([{name, nodes}]) (with C(state=locked), the Nodes whose pods would be replaced).
+  description:
+    - The stages in order. With C(state=run), C([{name, size, nodes}]) - C(size) planned, C(nodes) the Nodes
+      rolled in it (a batch's picked by the DaemonSet controller).
+    - With C(state=locked), C([{name, size}]) (the canary's with its C(nodes)); RV(to_roll) the Nodes to roll.
   returned: always
   type: list
   elements: dict
+to_roll:
+  description: With C(state=locked) (or C(status)), the selected Nodes whose pods the rollout replaces (natural order).
+  returned: state=locked or state=status
+  type: list
+  elements: str
 healthy:
   description: With C(state=locked) (or C(status)), whether every selected Node is healthy and the previous rollout
     complete.

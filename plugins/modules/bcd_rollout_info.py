@@ -21,8 +21,10 @@ description:
   - Returns the previous render (the ConfigMap and DaemonSet as they are, reduced to the fields their field
     managers set) for a rollback, the planned stages, and a refusal (RV(refuse)) when nodes are unhealthy or
     the previous rollout is incomplete (unless C(bcd_rollout_force)) or the DaemonSet does not exist.
-  - The plan's stages are C(bcd_rollout_canary) nodes first, then batches of C(bcd_rollout_max_unavailable)
-    (a count or a percentage of the selected Nodes rounded up).
+  - The plan names each stage's size - C(bcd_rollout_canary) nodes first, then batches of
+    C(bcd_rollout_max_unavailable) (a count or a percentage of the selected Nodes rounded up) - and the Nodes
+    still to roll (RV(to_roll)). The canary's Nodes are named (the first in natural order); a batch's are
+    picked by the DaemonSet controller as M(bcd.kubernetes.bcd_rollout) rolls it.
   - Only the selected Nodes roll. A C(bcd_node_selector) that selects no Node is refused (whatever
     C(bcd_rollout_force) says), naming the pods it would delete. A Node that runs a bcd pod and that the
     selector no longer selects loses bcd (its pod is deleted once the new template is applied). The plan's
@@ -90,7 +92,8 @@ summary:
   description:
     - The machine-readable report. C(result) is one of C(unchanged) (already on the render and healthy, with
       O(changes=false)), C(planned), C(refused); C(from)/C(to) the image and digest; C(stages) the planned
-      stages (C(name), C(nodes), C(outcome) C(planned)); C(nodes) one row per Node; C(unhealthy) and
+      stages (C(name), C(size), the canary's C(nodes), C(outcome) C(planned)); C(to_roll) the Nodes to roll;
+      C(nodes) one row per Node (C(outcome) C(will roll) for those to roll); C(unhealthy) and
       C(incomplete); C(losing) (the Nodes that run a bcd pod and that C(bcd_node_selector) no longer selects)
       and C(staying) (the selected Nodes that do not roll); timings in RFC 3339 and seconds.
   returned: always
@@ -111,11 +114,16 @@ previous:
   elements: dict
 plan:
   description:
-    - The stages, C([{name, nodes}]) (C(canary), C(batch 1), ...), in order, with the Nodes whose pods each
-      would replace.
+    - The stages, C([{name, size}]) (C(canary), C(batch 1), ...), in order; the canary's with its C(nodes). The
+      DaemonSet controller picks each batch's Nodes among RV(to_roll).
   returned: always
   type: list
   elements: dict
+to_roll:
+  description: The selected Nodes whose pods the rollout replaces (natural order).
+  returned: always
+  type: list
+  elements: str
 healthy:
   description: Whether every selected Node is healthy and the previous rollout complete.
   returned: always
