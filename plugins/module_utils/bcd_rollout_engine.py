@@ -134,6 +134,7 @@ class Rollout:
         self.events_since: str | None = None  # when the stage (or the rollback) began: older events are stale
         self.standing = Standing()
         self.selected_count: int | None = None
+        self.passed_at: float | None = None  # when the last stage's gate passed (its pods all Ready)
 
     # -- the lock -----------------------------------------------------------------------------
 
@@ -525,6 +526,13 @@ class Rollout:
         spec = ds.get("spec") or {}
         min_ready = int(spec.get("minReadySeconds") or 0)
         guard = MIN_READY_GUARD if min_ready < MIN_READY_GUARD else None
+        if guard is not None and self.passed_at is not None:
+            # a soak shorter than the guard: the controller would count the previous stage's pods
+            # unavailable, take fewer, then more in a lump as they turn available (a stage larger
+            # than planned); they have been Ready since the last gate passed at the latest
+            while (left := self.passed_at + guard + 1 - time.monotonic()) > 0:
+                self.renew()
+                time.sleep(min(WAKE_MAX, left))
         self.strategy(size, guard)
         deadline = time.monotonic() + self.inv.bcd_rollout_gate_timeout
         short_by = None
@@ -777,6 +785,7 @@ class Rollout:
                                            "outcome": "not started"})
                     break
                 record["outcome"] = "passed"
+                self.passed_at = time.monotonic()
             if failed:
                 # the nodes and why (the first few: the table has every one)
                 names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])

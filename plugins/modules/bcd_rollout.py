@@ -41,8 +41,9 @@ description:
     and once the pods' watch sees that the controller has deleted the old pods of as many Nodes as the stages
     so far hold, sets C(OnDelete) again (and waits for the controller to see it) before any of the batch's new
     pods turns available, so that no further batch starts. While a batch rolls, C(minReadySeconds) is at least
-    5 (restored with C(OnDelete)); with C(bcd_rollout_soak) below it, the controller takes a batch's last pods
-    once the previous stage's pods have been Ready that long. The controller picks the batch's Nodes; the
+    5 (restored with C(OnDelete)); with C(bcd_rollout_soak) below 5, a batch starts 6 seconds after the
+    previous stage's gate passed at the earliest, once the controller counts its pods available (else it takes
+    fewer at first and then more in a lump, and the batch ends larger than planned). The controller picks the batch's Nodes; the
     report names them. A batch it replaces fewer pods of than planned within C(bcd_rollout_gate_timeout)
     (it replaces no more while as many pods as the batch's size count unavailable) fails the gate, naming the
     DaemonSet; a batch of another size than planned (it deleted more before C(OnDelete) took effect) is said in
