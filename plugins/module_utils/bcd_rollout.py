@@ -3,9 +3,11 @@
 Pure functions over the API's JSON, so the bcd_rollout module stays a thin loop and the rules
 are unit-tested without a cluster.
 
-A DaemonSet has no partition (unlike a StatefulSet), so a staged rollout is done the standard
-way: the new template is applied with ``updateStrategy: OnDelete`` and the pods of one stage are
-deleted at a time; the DaemonSet controller replaces each with a pod of the new template
+A DaemonSet has no partition (unlike a StatefulSet), so a staged rollout holds the new template
+with ``updateStrategy: OnDelete`` between stages: the canary's pods are deleted by name, and a
+batch is the DaemonSet controller's own rolling update (``RollingUpdate`` with ``maxUnavailable``
+the batch's size, back to ``OnDelete`` once it has taken the batch's Nodes); the controller
+replaces each pod with one of the new template
 (https://kubernetes.io/docs/tasks/manage-daemon/update-daemon-set/). Which template a pod runs
 is its ``controller-revision-hash`` label, the hash of the DaemonSet's newest ControllerRevision.
 

@@ -11,19 +11,17 @@ module: bcd_rollout
 short_description: Roll bcd's DaemonSet to a new image in stages, gate each stage on health, roll back on failure
 version_added: 1.0.0
 description:
-  - The engine of rollout.yml (seed 000, Upgrades), and of adopt-cluster.yml when it changes
-    the pod template (other than the image) of a DaemonSet whose pods run. Two states; the
-    playbook applies the objects itself (kubernetes.core) between them.
+  - The write half of rollout.yml (seed 000, Upgrades), and of adopt-cluster.yml when it changes
+    the pod template (other than the image) of a DaemonSet whose pods run; M(bcd.kubernetes.bcd_rollout_info)
+    reads the fleet and plans. The playbook applies the objects itself (kubernetes.core) between the read
+    and C(state=run).
   - A rollout of a new pod template on the same image (a host mount, resources, the config) is
     staged and gated as an image rollout is; its headline says C(of a new pod template (image ...)).
-  - C(state=status) (read-only) reads the DaemonSet, its ControllerRevisions and pods, the
-    selected Nodes and the pool's nodes (C(nodes.list)) and says, per selected Node, whether
-    it is healthy (a bcd pod, Ready, on the DaemonSet's newest revision, and a bcd node that
-    reports) and whether the previous rollout is complete (every pod on the newest revision).
-    It returns the previous render (the ConfigMap and DaemonSet as they are, reduced to the
-    fields their field managers set) for a rollback, the planned stages, and a refusal
-    (RV(refuse)) when nodes are unhealthy or the previous rollout is incomplete (unless
-    C(bcd_rollout_force)) or the DaemonSet does not exist.
+  - C(state=locked) takes the cluster's lock (a write, the lock Lease) and then reads the fleet under it, in
+    one module run, and returns what M(bcd.kubernetes.bcd_rollout_info) returns (one module run less than
+    M(bcd.kubernetes.bcd_lock) and then M(bcd.kubernetes.bcd_rollout_info)).
+  - C(state=status) is deprecated (removed in 2.0.0) - it is M(bcd.kubernetes.bcd_rollout_info) (with
+    O(take_lock), C(state=locked)). It still works, with a deprecation warning.
   - Only the selected Nodes roll. A C(bcd_node_selector) that selects no Node is refused (whatever
     C(bcd_rollout_force) says), naming the pods it would delete. A Node that runs a bcd pod and that the
     selector no longer selects loses bcd (its pod is deleted once the new template is applied). The plan's
@@ -33,10 +31,24 @@ description:
     unless C(bcd_rollout_all_at_once), since a failure there hits the whole fleet at once; with one selected
     Node it is a warning.
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete). It waits
-    for the DaemonSet controller to see it, then deletes the pods not on the newest revision
-    (8 DELETE requests in flight at once) one stage at a time (C(bcd_rollout_canary) nodes first, then batches of
-    C(bcd_rollout_max_unavailable), a count or a percentage of the selected Nodes rounded up)
-    and after each stage waits up to C(bcd_rollout_gate_timeout) for the health gate - every
+    for the DaemonSet controller to see it, then replaces the pods not on the newest revision one stage
+    at a time - C(bcd_rollout_canary) nodes first, then batches of C(bcd_rollout_max_unavailable) (a count
+    or a percentage of the selected Nodes rounded up).
+  - The canary's pods are deleted by name (the plan's first Nodes in natural order; each DELETE names the
+    pod's uid, so a pod replaced since is never deleted).
+  - A batch is the DaemonSet controller's - C(state=run) sets C(updateStrategy) to C(RollingUpdate) with
+    C(maxUnavailable) the batch's size (C(maxSurge) 0; a merge patch, field manager C(bcd-ansible-rollout)),
+    and once the pods' watch sees that the controller has deleted the old pods of as many Nodes as the stages
+    so far hold, sets C(OnDelete) again (and waits for the controller to see it) before any of the batch's new
+    pods turns available, so that no further batch starts. While a batch rolls, C(minReadySeconds) is at least
+    5 (restored with C(OnDelete)); with C(bcd_rollout_soak) below 5, a batch starts 6 seconds after the
+    previous stage's gate passed at the earliest, once the controller counts its pods available (else it takes
+    fewer at first and then more in a lump, and the batch ends larger than planned). The controller picks the batch's Nodes; the
+    report names them. A batch it replaces fewer pods of than planned within C(bcd_rollout_gate_timeout)
+    (it replaces no more while as many pods as the batch's size count unavailable) fails the gate, naming the
+    DaemonSet; a batch of another size than planned (it deleted more before C(OnDelete) took effect) is said in
+    the report's notes, and the next stage counts its extra Nodes.
+  - After each stage it waits up to C(bcd_rollout_gate_timeout) for the health gate - every
     rolled Node is Ready and has a Ready pod on the new revision and image, and its bcd node still reports
     (not offline, no failing condition it did not have at the start) - and then stays so for
     C(bcd_rollout_soak) seconds (default 30, the same as the DaemonSet's C(minReadySeconds)), checked
@@ -60,9 +72,6 @@ description:
     after max(2 O(interval), 1) seconds, or four times as long as the last successful check
     took if that is longer, but never more than 15 seconds (spaced out, checks do not take the
     API server's CPU from the rollout they check).
-    The pods the first stage deletes are those listed at the start; the pods a later stage
-    deletes are those the previous stage's passing check saw (each DELETE names the pod's
-    uid, so a pod replaced since is never deleted).
   - A failed gate stops the rollout. With C(bcd_rollout_rollback) (default) it re-applies O(previous)
     (server-side apply, field manager bcd-ansible, with OnDelete), replaces the pods not on the
     previous revision, waits up to C(bcd_rollout_gate_timeout) for them to be healthy, re-applies
@@ -76,12 +85,14 @@ description:
   - Returns a machine-readable RV(summary) and a printed RV(table); never a secret.
 options:
   state:
-    description: C(status) reads and plans; C(run) rolls.
+    description:
+      - C(run) rolls; C(locked) takes the cluster's lock and reads the fleet and the plan under it.
+      - C(status) (the default, deprecated) reads and plans as M(bcd.kubernetes.bcd_rollout_info) does.
     type: str
-    choices: [status, run]
+    choices: [run, locked, status]
     default: status
   changes:
-    description: With C(state=status), whether the render differs from what is applied (the dry run's answer).
+    description: With C(state=locked) (or C(status)), whether the render differs from what is applied (the dry run's answer).
     type: bool
     default: true
   previous:
@@ -90,20 +101,21 @@ options:
     elements: dict
   joining:
     description:
-      - With C(state=status), the selected Nodes whose bcd node does not report yet and that this
+      - With C(state=locked) (or C(status)), the selected Nodes whose bcd node does not report yet and that this
         run joins (adopt-cluster.yml mints a token for them first); their pod not being Ready, or
         no bcd node reporting for them, does not refuse the rollout. The gate still waits for
         each of them to report once its pod is replaced.
     type: list
     elements: str
   run:
-    description: This run's id (the lock holder's C(run=)), for the summary and the lock renewal.
+    description: This run's id (the lock holder's C(run=)), for the summary, the lock and its renewal; required with C(state=locked).
     type: str
   lock:
     description: The lock Lease's name in C(bcd_namespace), renewed while rolling; none renews nothing.
     type: str
   take_lock:
     description:
+      - Deprecated with C(state=status); use C(state=locked), which does the same.
       - With C(state=status), first take the cluster's lock as M(bcd.kubernetes.bcd_lock) with C(wait=0)
         takes it (the Lease C(<bcd_name>-ansible-lock) in C(bcd_namespace), for C(bcd_lock_ttl)
         seconds, holder O(run)), then read the fleet under it, in the same module run. A lock another
@@ -139,19 +151,20 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: partial
-    details: C(state=status) is read-only and runs in check mode; C(state=run) changes nothing in check mode.
+    details: C(state=run) changes nothing in check mode; C(state=locked) takes the lock as M(bcd.kubernetes.bcd_lock)
+      does in check mode (it reports the lock it would take, writing nothing) and reads.
 author:
   - bcd-ansible developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
-- name: Read the fleet's health and the previous render
+- name: Take the cluster's lock and read the fleet's health, the previous render and the plan under it
   bcd.kubernetes.bcd_rollout:
     config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
-    state: status
+    state: locked
+    run: "{{ rollout_run }}"
   register: rollout_status
-  no_log: true  # passes the API key
 
 - name: Roll in stages
   bcd.kubernetes.bcd_rollout:
@@ -162,7 +175,6 @@ EXAMPLES = r"""
     run: "{{ rollout_run }}"
     lock: bcd-ansible-lock
   register: rollout_result
-  no_log: true  # passes the API key
 """
 
 RETURN = r"""
@@ -178,9 +190,10 @@ summary:
     - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
       C(unchanged), C(planned), C(refused), C(succeeded), C(failed) (a gate failed, no rollback),
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
-      nodes, outcome and seconds; C(nodes) one row per selected Node (C(from) the short digest its
+      planned C(size), their C(nodes) (with C(state=run), those rolled), outcome and seconds (a stage of another
+      size than planned keeps C(planned_size) and a note); C(nodes) one row per selected Node (C(from) the short digest its
       pod ran at the start, C(to) now, C(pod), C(state) of its bcd node, C(outcome)); C(failed_nodes) with why;
-      C(rollback); C(unhealthy) and C(incomplete) (status); with C(state=status) C(losing) (the Nodes that run a
+      C(rollback); C(unhealthy) and C(incomplete) (locked); with C(state=locked) C(losing) (the Nodes that run a
       bcd pod and that C(bcd_node_selector) no longer selects) and C(staying) (the selected Nodes that do not roll);
       timings in RFC 3339 and seconds.
   returned: always
@@ -191,53 +204,73 @@ table:
   type: list
   elements: str
 refuse:
-  description: With C(state=status), why the rollout may not start (naming the Nodes), or null.
-  returned: state=status
+  description: With C(state=locked) (or C(status)), why the rollout may not start (naming the Nodes), or null.
+  returned: state=locked or state=status
   type: str
 previous:
-  description: With C(state=status), the ConfigMap and DaemonSet as they are, reduced to what their field managers set.
-  returned: state=status
+  description: With C(state=locked) (or C(status)), the ConfigMap and DaemonSet as they are, reduced to what their
+    field managers set.
+  returned: state=locked or state=status
   type: list
   elements: dict
 plan:
-  description: The stages, C([{name, nodes}]) (with C(state=status), the Nodes whose pods would be replaced).
+  description:
+    - The stages in order. With C(state=run), C([{name, size, nodes}]) - C(size) planned, C(nodes) the Nodes
+      rolled in it (a batch's picked by the DaemonSet controller).
+    - With C(state=locked), C([{name, size}]) (the canary's with its C(nodes)); RV(to_roll) the Nodes to roll.
   returned: always
   type: list
   elements: dict
+to_roll:
+  description: With C(state=locked) (or C(status)), the selected Nodes whose pods the rollout replaces (natural order).
+  returned: state=locked or state=status
+  type: list
+  elements: str
 healthy:
-  description: With C(state=status), whether every selected Node is healthy and the previous rollout complete.
-  returned: state=status
+  description: With C(state=locked) (or C(status)), whether every selected Node is healthy and the previous rollout
+    complete.
+  returned: state=locked or state=status
+  type: bool
+revision:
+  description: With C(state=locked) (or C(status)), the hash of the DaemonSet's newest ControllerRevision, or null.
+  returned: state=locked or state=status
+  type: str
+image:
+  description: With C(state=locked) (or C(status)), the image of the DaemonSet's C(bcd) container as applied now.
+  returned: state=locked or state=status
+  type: str
+selected:
+  description: With C(state=locked) (or C(status)), how many Nodes C(bcd_node_selector) selects.
+  returned: state=locked or state=status
+  type: int
+holder:
+  description: With C(state=locked), the lock's holder (as M(bcd.kubernetes.bcd_lock) returns it).
+  returned: state=locked
+  type: str
+took_over:
+  description: With C(state=locked), whether the lock was taken over from an expired holder.
+  returned: state=locked
+  type: bool
+waited:
+  description: With C(state=locked), seconds waited for the lock (0, it never waits).
+  returned: state=locked
+  type: float
+lease:
+  description: With C(state=locked), the lock Lease (C(namespace/name)).
+  returned: state=locked
+  type: str
+until:
+  description: With C(state=locked), when the lock expires if never released (RFC 3339).
+  returned: state=locked
+  type: str
+lock_held:
+  description: With C(state=locked), on a failure once the lock was taken - the caller releases it
+    (M(bcd.kubernetes.bcd_lock) C(state=absent)).
+  returned: failure with the lock held
   type: bool
 """
 
-import datetime as dt
-import re
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission import (
-    Standing,
-    describe,
-    events_query,
-    refusals,
-)
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
-    NODE_STATES_REPORTING,
-    ControlPlaneError,
-)
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
-    KubeError,
-    node_ready,
-    path,
-    pod_ready,
-    pod_state,
-    selector,
-    slim_node,
-    slim_pod,
-)
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import acquire, holder_identity
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -245,730 +278,8 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     control_plane,
     inventory,
     kube,
-    progress_reporter,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
-    ON_DELETE,
-    applied_config,
-    container_image,
-    digest,
-    failing,
-    fatal,
-    generation_seen,
-    newest_revision,
-    plan,
-    pod_revision,
-    pods_by_node,
-    revision_hash,
-    rolled_out,
-    short,
-    table,
-    with_strategy,
-)
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
-
-FIELD_MANAGER = "bcd-ansible"
-# A stage's pods are deleted this many at a time (at most the client's connection pool, 5 per CPU).
-DELETE_WORKERS = 8
-# A full check of the gate (every pod of the DaemonSet and the pool's nodes) runs again no sooner
-# than this many times its own duration after it ended: about a fifth of the time at most.
-CHECK_SPACING = 4
-CHECK_SPACING_MAX = 15.0  # seconds: however slow the checks, a fatal pod is seen within this
-# Seconds a rollback whose pods passed the gate waits for the DaemonSet controller to count them
-# all updated and available (its status lags the pods by a sync or two under load).
-ROLLBACK_SETTLE = 60.0
-# Seconds the gate sleeps at most when no pod or DaemonSet changes (lock renewal, check schedule).
-WAKE_MAX = 1.0
-# A gate's progress: a first line once it waited this long (s), then one every GATE_SAY_EVERY s
-GATE_FIRST_SAY = 10.0
-GATE_SAY_EVERY = 25.0
-# Seconds a watch follows the DaemonSet and its pods at most (stopped when the run ends).
-FOLLOW_FOR = 24 * 3600.0
-FAILED_IN_MSG = 3  # failed nodes named with their reason in the failure message
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _rfc3339(t: dt.datetime | None = None) -> str:
-    return (t or _now()).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def change(from_image: str | None, to_image: str | None) -> str:
-    """What a rollout changes, for its headline: the digests, or a new pod template on the same
-    image (adopt-cluster.yml's template changes: a host mount, resources, the config)."""
-    if from_image and from_image == to_image:
-        return f"of a new pod template (image {short(to_image)})"
-    return f"{short(from_image)} -> {short(to_image)}"
-
-
-def natural(name: str) -> list:
-    """Sort key: gpu-node-2 before gpu-node-10."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
-class LostLock(Exception):
-    pass
-
-
-class Rollout:
-    def __init__(self, module, inv, kube_api, cp):
-        self.m = module
-        self.inv = inv
-        self.kube = kube_api
-        self.cp = cp
-        self.p = module.params
-        self.ns = inv.bcd_namespace
-        self.name = inv.bcd_name
-        self.interval = max(0.2, float(self.p["interval"]))
-        self.started = time.monotonic()
-        self.started_at = self.p.get("started_at") or _rfc3339()
-        self.last_renewal = time.monotonic()
-        self.did_change = False
-        self.notes: list[str] = []
-        self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
-        self.available_before: int | None = None  # the DaemonSet's numberAvailable when state=run began
-        self.lock_result: dict = {}  # with take_lock: bcd_lock's result, returned with the status
-        self.say = progress_reporter()  # the gate's progress lines, printed by the action plugin
-        self.gate_label = ""
-        # the DaemonSet and its pods, listed once and then followed by a watch (bcd_watch), so
-        # the gate wakes on each change and never lists the pods again to find one
-        self.changed = threading.Event()
-        self.follow_pods: Follow | None = None
-        self.follow_ds: Follow | None = None
-        # the DaemonSet's FailedCreate events: a pod the API server refuses never exists
-        self.follow_events: Follow | None = None
-        self.events_since: str | None = None  # when the stage (or the rollback) began: older events are stale
-        self.standing = Standing()
-        self.selected_count: int | None = None
-
-    # -- reads ------------------------------------------------------------------------------
-
-    def daemonset(self) -> dict | None:
-        return self.kube.get(path("daemonsets", self.name, self.ns))
-
-    def revisions(self, ds: dict) -> list[dict]:
-        labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
-        return self.kube.list(path("controllerrevisions", namespace=self.ns), {"labelSelector": selector(labels) or None})
-
-    def pods(self, ds: dict) -> dict[str, dict]:
-        """Node name -> the DaemonSet's pod there: from the watch once :meth:`follow` started it
-        (a :class:`KubeError` when the watch failed), else listed."""
-        if self.follow_pods is not None:
-            self.follow_pods.check()
-            return pods_by_node(list(self.follow_pods.objects().values()), ds["metadata"]["uid"])
-        labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
-        items = self.kube.list(path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None}, keep=slim_pod)
-        return pods_by_node(items, ds["metadata"]["uid"])
-
-    def follow(self, ds: dict) -> None:
-        """List the DaemonSet and its pods once and follow both by a watch until :meth:`unfollow`."""
-        labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
-        until = time.monotonic() + FOLLOW_FOR
-        self.follow_ds = Follow(self.kube, path("daemonsets", namespace=self.ns), {"fieldSelector": f"metadata.name={self.name}"},
-                                changed=self.changed).start(until)
-        self.follow_pods = Follow(self.kube, path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None},
-                                  keep=slim_pod, changed=self.changed)
-        self.follow_pods.first_version = self.p.get("watch_from")
-        self.follow_pods.start(until)
-        self.follow_events = Follow(self.kube, path("events", namespace=self.ns), events_query(ds["metadata"]["uid"]),
-                                    changed=self.changed).start(until)
-
-    def unfollow(self) -> None:
-        for f in (self.follow_ds, self.follow_pods, self.follow_events):
-            if f is not None:
-                f.stop()
-
-    def watched(self) -> dict:
-        """What the watches did: lists, relists (after 410 Gone or a dropped watch), watch requests, events."""
-        fs = [f for f in (self.follow_ds, self.follow_pods, self.follow_events) if f is not None]
-        return {"lists": sum(f.lists for f in fs), "relists": sum(f.relists for f in fs),
-                "watches": sum(f.watches for f in fs), "events": sum(f.events for f in fs),
-                "pod_lists": self.follow_pods.lists if self.follow_pods else 0,
-                "pod_relists": self.follow_pods.relists if self.follow_pods else 0}
-
-    def selected(self) -> dict[str, dict]:
-        nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)
-        return {n["metadata"]["name"]: n for n in nodes}
-
-    def cp_nodes(self, names) -> dict[str, dict]:
-        wanted = set(names)
-        return {n["hostname"]: n for n in self.cp.list_nodes(self.inv.bcd_tenant, self.inv.bcd_pool) if n.get("hostname") in wanted}
-
-    # -- health -----------------------------------------------------------------------------
-
-    def problem(self, node: str, pod: dict | None, cp_node: dict | None, revision: str | None, image: str | None,
-                baseline: dict[str, dict] | None = None) -> str | None:
-        """Why ``node`` is not healthy on ``revision``/``image``, or None."""
-        if pod is None:
-            return "no bcd pod on the Node (not replaced yet, or not scheduled there)"
-        pname = pod["metadata"]["name"]
-        if revision and pod_revision(pod) != revision:
-            return f"pod {pname} runs revision {pod_revision(pod)}, not {revision} ({short(container_image(pod))})"
-        if image and container_image(pod) != image:
-            return f"pod {pname} runs image {container_image(pod)}, not {image}"
-        if not pod_ready(pod):
-            return f"pod {pname} not Ready ({pod_state(pod)})"
-        if cp_node is None:
-            return "no bcd node in the control plane reports for it (not joined: add-nodes.yml joins it)"
-        if cp_node.get("state") not in NODE_STATES_REPORTING:
-            bad = failing(cp_node)
-            extra = f" ({'; '.join(f'{k}: {v}' for k, v in bad.items())})" if bad else ""
-            return f"bcd node {cp_node.get('id')} is {cp_node.get('state')}, not reporting{extra}"
-        if baseline is not None:
-            before = failing(baseline.get(node))
-            new = {k: v for k, v in failing(cp_node).items() if k not in before}
-            if new:
-                return "new failing condition " + "; ".join(f"{k}: {v}" for k, v in new.items())
-        return None
-
-    # -- status -----------------------------------------------------------------------------
-
-    def status(self) -> None:
-        ds = self.daemonset()
-        if ds is None:
-            msg = (f"DaemonSet {self.ns}/{self.name} does not exist: adopt the cluster first (adopt-cluster.yml); "
-                   "rollout.yml only moves an adopted cluster to a new image")
-            self.finish_status(None, {}, {}, {}, None, msg, [], [], [])
-        revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-        seen = generation_seen(ds)
-        joining = set(self.p.get("joining") or [])
-        pods = self.pods(ds)
-        nodes = self.selected()
-        if not nodes:
-            # a selector that selects no Node (a typo) would take bcd off every Node that runs it
-            msg = (f"bcd_node_selector {selector(self.inv.bcd_node_selector) or '(every node)'} selects no Node in this "
-                   f"cluster: applying it would delete the DaemonSet's {len(pods)} bcd pod(s) "
-                   f"({', '.join(sorted(pods, key=natural)) or 'none'}) and roll nothing. Nothing was changed. Fix "
-                   "bcd_node_selector (kubectl get nodes --show-labels shows the labels); release-cluster.yml takes bcd "
-                   "off a cluster on purpose.")
-            self.finish_status(ds, pods, {}, {}, None, msg, [], [], [], losing=sorted(pods, key=natural))
-        # Nodes that run a bcd pod now and that the selector no longer selects: the DaemonSet
-        # controller deletes their pods as soon as the new template is applied
-        losing = sorted((n for n in pods if n not in nodes), key=natural)
-        cpn = self.cp_nodes(nodes)
-        unhealthy, incomplete = [], []
-        for name in sorted(nodes, key=natural):
-            pod = pods.get(name)
-            if not node_ready(nodes[name]):
-                unhealthy.append({"node": name, "why": "the Node is NotReady"})
-                continue
-            why = self.problem(name, pod, cpn.get(name), None, None)
-            if why and name not in joining:
-                unhealthy.append({"node": name, "why": why})
-            if pod is not None and revision and pod_revision(pod) != revision:
-                incomplete.append({"node": name, "why": f"pod {pod['metadata']['name']} runs revision {pod_revision(pod)} "
-                                                        f"({short(container_image(pod))}), not the DaemonSet's {revision} "
-                                                        f"({short(container_image(ds))})"})
-        if not seen:
-            incomplete.insert(0, {"node": "-", "why": "the DaemonSet controller has not seen the latest DaemonSet yet"})
-        refuse = None
-        if unhealthy or incomplete:
-            parts = []
-            if incomplete:
-                parts.append("the previous rollout is incomplete: " + "; ".join(f"{i['node']}: {i['why']}" for i in incomplete))
-            if unhealthy:
-                parts.append(f"{len(unhealthy)} of {len(nodes)} selected node(s) unhealthy: "
-                             + "; ".join(f"{u['node']}: {u['why']}" for u in unhealthy))
-            refuse = ". ".join(parts)
-            if self.inv.bcd_rollout_force:
-                self.notes.append("bcd_rollout_force: starting anyway; " + refuse)
-                refuse = None
-            else:
-                refuse += (". Nothing was changed. Fix these (or finish or undo the previous rollout), or run again with "
-                           "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
-        cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
-        previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
-        # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled
-        if self.p["changes"]:
-            to_roll = sorted((n for n in pods if n in nodes), key=natural)
-        else:
-            to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
-        stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
-        if refuse is None and stages and len(stages[0]["nodes"]) == len(to_roll):
-            refuse = self.all_at_once(stages[0], len(to_roll), len(nodes))
-        self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous, losing=losing)
-
-    def all_at_once(self, first: dict, rolling: int, selected: int) -> str | None:
-        """The refusal of a plan whose first stage rolls every node to roll (no canary left) on more
-        than one node, unless bcd_rollout_all_at_once; on a single-node cluster a warning only."""
-        why = (f"the {first['name']} stage rolls all {rolling} node(s) to roll at once (bcd_rollout_canary "
-               f"{self.inv.bcd_rollout_canary}, bcd_rollout_max_unavailable {self.inv.bcd_rollout_max_unavailable}): no "
-               "canary is left, so a failure hits the whole fleet at once")
-        if rolling > 1:
-            if self.inv.bcd_rollout_all_at_once:
-                self.notes.append(f"bcd_rollout_all_at_once: {why}; rolling anyway.")
-                return None
-            return (f"{why}. Nothing was changed. Lower bcd_rollout_canary below {rolling} (and "
-                    f"bcd_rollout_max_unavailable) so that a first stage proves the new pods on some nodes first, or "
-                    "set bcd_rollout_all_at_once: true to roll them all at once on purpose.")
-        if selected <= 1:
-            self.m.warn(f"{why}: this cluster has one selected node, so there is no canary to prove the new pod first.")
-        return None
-
-    def finish_status(self, ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous=None,
-                      losing=None) -> None:
-        current = container_image(ds) if ds else None
-        healthy = ds is not None and not unhealthy and not incomplete
-        losing = list(losing or [])
-        stage_of = {n: s["name"] for s in stages for n in s["nodes"]}
-        stay = [n for n in nodes if n not in stage_of]
-        if refuse:
-            result, headline = "refused", f"rollout refused: {refuse}"
-        elif not self.p["changes"] and healthy:
-            result, headline = "unchanged", f"already on {current} and healthy: nothing to do"
-        else:
-            result = "planned"
-            # the headline counts what the table lists: the selected Nodes (rolled or staying)
-            # and those that lose bcd
-            per_stage = ", ".join(f"{s['name']} {len(s['nodes'])}" for s in stages)
-            headline = (f"rollout {change(current, self.inv.bcd_image)}: {len(stage_of)} of {len(nodes)} selected node(s) "
-                        f"roll in {len(stages)} stage(s)" + (f" ({per_stage})" if stages else "")
-                        + f", {len(stay)} stay as they are"
-                        + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
-                           f"{', '.join(losing)}" if losing else ""))
-        rows = []
-        for name in losing:
-            pod = pods.get(name)
-            rows.append({"name": name, "stage": None, "from": short(container_image(pod)) if pod else None, "to": None,
-                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": None,
-                         "outcome": "loses bcd: not selected by bcd_node_selector, its pod is deleted"})
-        for name in sorted(nodes, key=natural):
-            pod = pods.get(name)
-            cp_node = cpn.get(name) or {}
-            why = next((u["why"] for u in unhealthy if u["node"] == name), None)
-            rows.append({"name": name, "stage": stage_of.get(name), "from": short(container_image(pod)) if pod else None,
-                         "to": short(container_image(pod)) if pod else None,
-                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": cp_node.get("state"),
-                         "outcome": f"unhealthy: {why}" if why else ("will roll" if name in stage_of else "up to date")})
-        rows.sort(key=lambda r: natural(r["name"]))
-        summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
-                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay)
-        self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
-                         plan=stages, healthy=healthy, revision=revision, image=current, selected=len(nodes), **self.lock_result)
-
-    def summary(self, result, headline, from_image, stages, rows, **extra) -> dict:
-        return {
-            "cluster": self.p.get("cluster"), "namespace": self.ns, "daemonset": self.name, "run": self.p.get("run"),
-            "result": result, "headline": headline,
-            "from": {"image": from_image, "digest": digest(from_image)},
-            "to": {"image": self.inv.bcd_image, "digest": digest(self.inv.bcd_image)},
-            "started_at": self.started_at, "finished_at": _rfc3339(),
-            "seconds": round(time.monotonic() - self.started, 1),
-            "stages": stages, "nodes": rows, "failed_nodes": extra.pop("failed_nodes", []),
-            "rollback": extra.pop("rollback", None), "notes": list(self.notes), "changed": self.did_change,
-            "settings": {"canary": self.inv.bcd_rollout_canary, "max_unavailable": self.inv.bcd_rollout_max_unavailable,
-                         "rollback": self.inv.bcd_rollout_rollback, "gate_timeout": self.inv.bcd_rollout_gate_timeout,
-                         "force": self.inv.bcd_rollout_force, "all_at_once": self.inv.bcd_rollout_all_at_once},
-            **extra,
-        }
-
-    # -- writes -----------------------------------------------------------------------------
-
-    def apply(self, obj: dict) -> None:
-        kind = {"DaemonSet": "daemonsets", "ConfigMap": "configmaps"}[obj["kind"]]
-        self.kube.request("PATCH", path(kind, obj["metadata"]["name"], obj["metadata"].get("namespace")),
-                          {"fieldManager": FIELD_MANAGER, "force": "true"}, obj, content_type="application/apply-patch+yaml")
-        self.did_change = True
-
-    def delete_pod(self, pod: dict) -> None:
-        meta = pod["metadata"]
-        try:
-            self.kube.request("DELETE", path("pods", meta["name"], meta["namespace"]), None,
-                              {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta["uid"]}})
-        except KubeError as exc:
-            if exc.status not in (404, 409):  # gone already, or another pod by that name
-                raise
-        self.did_change = True
-
-    def delete_pods(self, pods: list[dict]) -> None:
-        """Delete ``pods`` (a stage's: up to maxUnavailable of them) with DELETE_WORKERS requests in
-        flight at once rather than one after the other; the first failure, once all are done."""
-        if len(pods) <= 1:
-            for pod in pods:
-                self.delete_pod(pod)
-            return
-        pool_size = int(getattr(self.kube.client.configuration, "connection_pool_maxsize", 0) or DELETE_WORKERS)
-        with ThreadPoolExecutor(max_workers=max(1, min(DELETE_WORKERS, pool_size, len(pods)))) as pool:
-            errors = [f.exception() for f in [pool.submit(self.delete_pod, pod) for pod in pods]]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-
-    def renew(self, force: bool = False) -> None:
-        """Renew our lock Lease (every third of its duration); LostLock when another run holds it."""
-        if not self.p.get("lock") or not self.p.get("run"):
-            return
-        if not force and time.monotonic() - self.last_renewal < max(5.0, self.inv.bcd_lock_ttl / 3):
-            return
-        lease_path = path("leases", self.p["lock"], self.ns)
-        lease = self.kube.get(lease_path)
-        holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
-        if lease is None or not holder.endswith(f" run={self.p['run']}"):
-            raise LostLock(f"lost the lock Lease {self.ns}/{self.p['lock']} (now held by {holder or 'nobody'}); "
-                           "another run may be working on this cluster")
-        lease["spec"]["renewTime"] = _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        lease["spec"]["leaseDurationSeconds"] = self.inv.bcd_lock_ttl
-        try:
-            self.kube.replace(lease_path, lease)
-        except KubeError as exc:
-            if exc.status == 409:
-                return self.renew(force=True)
-            raise
-        self.last_renewal = time.monotonic()
-        return None
-
-    # -- run --------------------------------------------------------------------------------
-
-    def observed(self, timeout: float = 60) -> dict:
-        """The DaemonSet once its controller has seen its latest generation."""
-        deadline = time.monotonic() + timeout
-        pause = min(0.25, self.interval)
-        while True:
-            ds = self.daemonset()
-            if ds is None:
-                raise KubeError(f"DaemonSet {self.ns}/{self.name} disappeared")
-            if generation_seen(ds):
-                return ds
-            if time.monotonic() > deadline:
-                raise KubeError(f"the DaemonSet controller did not see DaemonSet {self.ns}/{self.name} generation "
-                                f"{ds['metadata'].get('generation')} within {timeout:g}s (is kube-controller-manager running?)")
-            time.sleep(pause)
-            pause = min(pause * 2, self.interval)
-
-    def wait_rolled_out(self, timeout: float, available_before: int | None = None) -> str | None:
-        """Wait up to ``timeout`` seconds until the DaemonSet is rolled out (:func:`rolled_out`:
-        at most as many pods as ``available_before``, what its controller counted available before
-        the run, since a forced run may start with some unavailable); None, or why not."""
-        deadline = time.monotonic() + timeout
-        while True:
-            ds = self.daemonset()
-            if ds is None:
-                return f"DaemonSet {self.ns}/{self.name} disappeared"
-            if rolled_out(ds, available_before):
-                return None
-            if time.monotonic() >= deadline:
-                st = ds.get("status") or {}
-                return (f"after {timeout:g}s the DaemonSet controller counts {st.get('updatedNumberScheduled') or 0} of "
-                        f"{st.get('desiredNumberScheduled') or 0} pods updated and {st.get('numberAvailable') or 0} "
-                        f"available on DaemonSet {self.ns}/{self.name} (kubectl rollout status daemonset/{self.name} "
-                        f"-n {self.ns})")
-            time.sleep(min(1.0, self.interval))
-
-    def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
-        """The DaemonSet as its watch last saw it (else one GET): whether its controller counts
-        every pod Ready and at least ``expect_updated`` pods on the newest template, and the
-        DaemonSet's resourceVersion (a status update changes it)."""
-        if self.follow_ds is not None:
-            self.follow_ds.check()
-            ds = next(iter(self.follow_ds.objects().values()), None)
-        else:
-            ds = self.daemonset()
-        if ds is None:
-            return True, "gone"  # the full check says so
-        st = ds.get("status") or {}
-        desired = int(st.get("desiredNumberScheduled") or 0)
-        ok = (generation_seen(ds)
-              and int(st.get("numberReady") or 0) >= desired
-              and (expect_updated is None or int(st.get("updatedNumberScheduled") or 0) >= expect_updated))
-        return ok, ds["metadata"].get("resourceVersion")
-
-    def check(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict,
-              timings: dict) -> tuple[dict, bool, bool]:
-        """The full check of the gate: (node -> why not healthy, whether one of them is fatal,
-        whether it could list the pods and the pool's nodes; if so, the pods are kept in
-        ``self.listed``)."""
-        try:
-            pods = self.pods(ds)
-            cpn = self.cp_nodes(nodes)
-        except (KubeError, ControlPlaneError) as exc:
-            return dict.fromkeys(nodes, f"cannot check: {exc}"), False, False
-        self.listed = pods
-        refused = self.refused(ds, nodes, pods, revision)
-        if refused:
-            return refused, True, True
-        problems: dict[str, str] = self.nodes_not_ready(nodes)
-        for node in nodes:
-            if node in problems:
-                continue  # a Node that is not Ready is never healthy, whatever its pod says
-            pod = pods.get(node)
-            # a pod of the new revision that crash-loops, exited or restarted during the run fails at once
-            why = (fatal(pod, self.started_at) if pod is not None and pod_revision(pod) == revision else None)
-            if why:
-                return {node: why, **problems}, True, True
-            why = self.problem(node, pod, cpn.get(node), revision, image, baseline)
-            if why:
-                problems[node] = why
-            elif node not in timings:
-                timings[node] = round(time.monotonic() - timings.get("_stage", self.started), 1)
-        return problems, False, True
-
-    def refused(self, ds: dict, nodes: list[str], pods: dict[str, dict], revision: str) -> dict[str, str]:
-        """node -> why, for each of ``nodes`` without a pod on ``revision``, once the DaemonSet's
-        FailedCreate events since the stage began say the API server refuses its pods and that has
-        stood for REFUSAL_GRACE seconds with the pods still missing; else {}."""
-        if self.follow_events is None or self.follow_events.error is not None:
-            return {}  # a watch that failed says nothing; the pods' own state still gates
-        found = refusals(list(self.follow_events.objects().values()), ds["metadata"].get("uid"), self.events_since,
-                         self.ns, self.selected_count, self.inv.bcd_priority_class_name)
-        missing = [n for n in nodes if pod_revision(pods.get(n)) != revision]
-        standing = self.standing.update(found, missing=bool(missing))
-        if not standing:
-            return {}
-        why = "; ".join(f"FailedCreate ({r['count']}x, last at {r['at']}): {describe(r)}" for r in standing)
-        return dict.fromkeys(missing, f"the API server refuses its new pod: {why}")
-
-    def nodes_not_ready(self, nodes: list[str]) -> dict[str, str]:
-        """node -> why, for each of ``nodes`` whose Node is not Ready (or is gone): the pod's
-        Ready alone lags the Node's by up to the node monitor's grace period."""
-        try:
-            listed = {n["metadata"]["name"]: n for n in self.kube.list(
-                path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)}
-        except KubeError as exc:
-            return dict.fromkeys(nodes, f"cannot check: {exc}")
-        out = {}
-        for name in nodes:
-            node = listed.get(name)
-            if node is None:
-                out[name] = "the Node is gone (or no longer matches bcd_node_selector)"
-            elif not node_ready(node):
-                ready = next((c for c in node["status"]["conditions"] if c.get("type") == "Ready"), {})
-                detail = f" ({ready.get('reason')}: {ready.get('message')})" if ready.get("reason") else ""
-                out[name] = f"the Node is NotReady{detail}"
-        return out
-
-    def gate(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict, timings: dict,
-             expect_updated: int | None = None) -> dict[str, str]:
-        """Wait until every node in ``nodes`` is healthy on ``revision``/``image``; {} or node -> why.
-
-        The verdict always comes from a full check (:meth:`check`): the DaemonSet's pods (as
-        their watch saw them) and the selected Nodes and the pool's nodes (listed), node by node.
-        Between full checks the gate sleeps until the watches see a change of a pod or of the
-        DaemonSet (at most ``WAKE_MAX`` s), and reads the DaemonSet as its watch saw it. A full check runs when the DaemonSet
-        controller counts every pod Ready and ``expect_updated`` pods updated (and its status
-        changed since the last full check), and once at the timeout. Otherwise it runs every
-        ``max(2 * interval, 1)`` seconds anyway (so a crash-looping pod, or a node that stops
-        reporting, is seen), or ``CHECK_SPACING`` times as long as the last successful check took,
-        after it ended, if that is longer, at most ``CHECK_SPACING_MAX`` seconds: under load a
-        check of 1,000 pods takes seconds, and back to back they would take the API server's CPU
-        from the pods being replaced. A check that could not list (an API or control-plane error,
-        which may have taken its whole timeout) does not lengthen the spacing."""
-        started = time.monotonic()
-        deadline = started + self.inv.bcd_rollout_gate_timeout
-        soak = self.inv.bcd_rollout_soak
-        self.standing = Standing()
-        # a line once the gate has waited GATE_FIRST_SAY s, then every GATE_SAY_EVERY s
-        said_at, unhealthy = started + GATE_FIRST_SAY - GATE_SAY_EVERY, len(nodes)
-        full_every = max(2 * self.interval, 1.0)
-        last_full, last_version, spacing = started, None, full_every
-        healthy_since = None  # when every node of the stage was first seen healthy
-        while True:
-            self.renew()
-            try:
-                ok, version = self.settled(expect_updated)
-            except KubeError:
-                ok, version = False, None  # the full checks, on their schedule, say what is wrong
-            now = time.monotonic()
-            final = now >= (deadline if healthy_since is None else healthy_since + soak)
-            # while soaking, a full check every full_every: a pod that turns Ready and then
-            # fails, or a node that stops reporting, must be seen before the stage passes
-            due = full_every if healthy_since is not None else spacing
-            if final or (ok and version != last_version and healthy_since is None) or now - last_full >= due:
-                last_version = version
-                problems, is_fatal, listed = self.check(ds, nodes, revision, image, baseline, timings)
-                last_full = time.monotonic()
-                took = last_full - now if listed else 0.0
-                spacing = max(full_every, min(CHECK_SPACING * took, CHECK_SPACING_MAX))
-                unhealthy = len(problems)
-                if problems and healthy_since is not None and listed:
-                    into = last_full - healthy_since
-                    return {n: f"{why} ({into:.0f}s into the {soak}s soak, after it was healthy)"
-                            for n, why in problems.items()}
-                if is_fatal:
-                    return problems
-                if not problems:
-                    if healthy_since is None:
-                        healthy_since = last_full
-                    if last_full - healthy_since >= soak:
-                        return problems
-                elif final:
-                    return {n: f"{why} (after {self.inv.bcd_rollout_gate_timeout}s)" for n, why in problems.items()}
-            until = deadline if healthy_since is None else healthy_since + soak
-            if self.say and time.monotonic() - said_at >= GATE_SAY_EVERY:
-                said_at = time.monotonic()
-                waited = said_at - started
-                state = (f"all {len(nodes)} node(s) healthy, soaking ({said_at - healthy_since:.0f}s of {soak}s, "
-                         "bcd_rollout_soak)" if healthy_since is not None
-                         else f"{len(nodes) - unhealthy} of {len(nodes)} node(s) healthy")
-                self.say(f"{self.gate_label or 'rollout'}: {state} (waited {waited:.0f}s of "
-                         f"{self.inv.bcd_rollout_gate_timeout}s; bcd_rollout_gate_timeout sets the limit)")
-            due_at = last_full + (full_every if healthy_since is not None else spacing)
-            # woken by the watches at each change of a pod or the DaemonSet; at least every
-            # second, for the lock's renewal and the schedule of full checks
-            wait_for_change(self.changed, max(0.0, min(WAKE_MAX, until - time.monotonic(), due_at - time.monotonic())))
-
-    def run(self) -> None:
-        previous = self.p.get("previous") or []
-        prev_ds = next((o for o in previous if o.get("kind") == "DaemonSet"), None)
-        if prev_ds is None:
-            self.m.fail_json(msg="bcd_rollout state=run needs previous (the status taken before the new template was applied)")
-        from_image = container_image(prev_ds)
-        target = self.inv.bcd_image
-        stages_out: list[dict] = []
-        failed: list[dict] = []
-        rollback = None
-        timings: dict = {}
-        stage_of: dict[str, str] = {}
-        start_images: dict[str, str | None] = {}
-        result = "succeeded"
-        msg = None
-        try:
-            ds = self.observed()
-            self.available_before = int((ds.get("status") or {}).get("numberAvailable") or 0)
-            if container_image(ds) != target:
-                self.m.fail_json(msg=f"DaemonSet {self.ns}/{self.name} runs {container_image(ds)}, not {target}: "
-                                     "apply the new template (OnDelete) before state=run")
-            revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-            self.follow(ds)
-            pods = self.pods(ds)
-            self.listed = pods
-            nodes = self.selected()
-            self.selected_count = len(nodes)
-            baseline = self.cp_nodes(nodes)
-            start_images = {n: container_image(p) for n, p in pods.items()}
-            # a pod on a Node the selector no longer selects is the controller's to delete, not to roll
-            to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
-            already = len([n for n in pods if n in nodes]) - len(to_roll)  # pods on the newest revision before the first stage
-            stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
-            rolled: list[str] = []
-            for i, stage in enumerate(stages):
-                self.renew()
-                t0 = time.monotonic()
-                timings["_stage"] = t0
-                record = {"name": stage["name"], "nodes": stage["nodes"], "started_at": _rfc3339(), "outcome": "running"}
-                stages_out.append(record)
-                # the pods the last passing check listed (or the first list): listing 1,000 pods
-                # again costs seconds; a pod replaced since keeps its new uid and is not deleted
-                doomed = []
-                for node in stage["nodes"]:
-                    stage_of[node] = stage["name"]
-                    pod = self.listed.get(node)
-                    if pod is not None and pod_revision(pod) != revision:
-                        doomed.append(pod)
-                self.events_since = _rfc3339()
-                self.delete_pods(doomed)
-                rolled += stage["nodes"]
-                self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(stage['nodes'])} node(s) "
-                                   f"to {target.rsplit('/', 1)[-1]})")
-                problems = self.gate(ds, rolled, revision, target, baseline, timings, expect_updated=already + len(rolled))
-                record["seconds"] = round(time.monotonic() - t0, 1)
-                if problems:
-                    record["outcome"] = "failed"
-                    failed = [{"node": n, "stage": stage_of.get(n), "why": w} for n, w in sorted(problems.items(), key=lambda x: natural(x[0]))]
-                    for later in stages[i + 1:]:
-                        stages_out.append({"name": later["name"], "nodes": later["nodes"], "outcome": "not started"})
-                    break
-                record["outcome"] = "passed"
-            if failed:
-                # the nodes and why (the first few: the table has every one)
-                names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])
-                if len(failed) > FAILED_IN_MSG:
-                    names += f"; and {len(failed) - FAILED_IN_MSG} more node(s)"
-                back_to = from_image if from_image != target else f"the previous pod template (image {from_image})"
-                first = stages_out[len([s for s in stages_out if s["outcome"] == "passed"])]["name"]
-                if self.inv.bcd_rollout_rollback:
-                    rollback = self.rollback(previous, prev_ds, rolled, baseline, timings)
-                    result = "rolled_back" if rollback["outcome"] == "succeeded" else "rollback_failed"
-                    msg = (f"the {first} health gate failed on {names}: rolled back to {back_to}"
-                           if result == "rolled_back" else
-                           f"the {first} health gate failed on {names}, and the rollback did not complete: {rollback.get('why')}")
-                else:
-                    result = "failed"
-                    msg = (f"the {first} health gate failed on {names}; bcd_rollout_rollback is false, so nothing was rolled "
-                           f"back: the DaemonSet is left with updateStrategy OnDelete on {target}, so no other pod rolls")
-                    self.notes.append(f"NOT ROLLED BACK: DaemonSet {self.ns}/{self.name} is left OnDelete on {target}; the "
-                                      f"nodes above keep what they run. Roll to a good digest with rollout.yml "
-                                      f"-e bcd_image=... -e bcd_rollout_force=true.")
-        except LostLock as exc:
-            result, msg = "failed", f"{exc}; stopped without rolling back"
-        except (KubeError, ControlPlaneError) as exc:
-            result, msg = "failed", f"stopped: {exc}"
-        rows = self.rows(stage_of, start_images, failed, timings, result)
-        headline = {
-            "succeeded": f"rolled {change(from_image, target).removeprefix('of ')} on {len(stage_of)} node(s) in {len(stages_out)} stage(s)",
-            "rolled_back": f"rollout {change(from_image, target)} FAILED and was rolled back: {msg}",
-            "rollback_failed": f"rollout {change(from_image, target)} FAILED; rollback incomplete: {msg}",
-            "failed": f"rollout {change(from_image, target)} FAILED: {msg}",
-        }[result]
-        summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
-        self.unfollow()
-        out = {"changed": self.did_change, "watch": self.watched(), "summary": summary, "table": table(summary), "plan": [
-            {"name": s["name"], "nodes": s["nodes"]} for s in stages_out]}
-        if result != "succeeded":
-            self.m.fail_json(msg=headline, **out)
-        self.m.exit_json(**out)
-
-    def rollback(self, previous: list[dict], prev_ds: dict, rolled: list[str], baseline: dict, timings: dict) -> dict:
-        """Re-apply the previous render with OnDelete, replace the pods not on its revision, wait,
-        then re-apply it with its own update strategy."""
-        t0 = time.monotonic()
-        out = {"attempted": True, "to": container_image(prev_ds), "started_at": _rfc3339()}
-        try:
-            for obj in previous:
-                self.apply(with_strategy(obj, ON_DELETE) if obj.get("kind") == "DaemonSet" else obj)
-            ds = self.observed()
-            revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-            stale = {node: pod for node, pod in self.pods(ds).items() if pod_revision(pod) != revision}
-            self.events_since = _rfc3339()
-            self.delete_pods(list(stale.values()))
-            replaced = list(stale)
-            out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)
-            timings.clear()
-            timings["_stage"] = time.monotonic()
-            self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {(container_image(prev_ds) or '?').rsplit('/', 1)[-1]}"
-            problems = self.gate(ds, out["nodes"], revision, container_image(prev_ds), baseline, {})
-            self.apply(prev_ds)
-            if problems:
-                out.update(outcome="failed", why="; ".join(f"{n}: {w}" for n, w in problems.items()))
-            else:
-                # "rolled back" promises what `kubectl rollout status` would confirm: the
-                # controller counts every pod updated and available on the previous render
-                lag = self.wait_rolled_out(ROLLBACK_SETTLE, self.available_before)
-                if lag:
-                    out.update(outcome="failed", why=lag)
-                else:
-                    out["outcome"] = "succeeded"
-        except (KubeError, ControlPlaneError, LostLock) as exc:
-            out.update(outcome="failed", why=str(exc))
-        out["seconds"] = round(time.monotonic() - t0, 1)
-        return out
-
-    def rows(self, stage_of, start_images, failed, timings, result) -> list[dict]:
-        why = {f["node"]: f["why"] for f in failed}
-        try:
-            ds = self.daemonset()
-            pods = self.pods(ds) if ds else {}
-            nodes = self.selected()
-            cpn = self.cp_nodes(nodes)
-        except (KubeError, ControlPlaneError):
-            pods, nodes, cpn = {}, {n: {} for n in set(stage_of) | set(start_images)}, {}
-        rows = []
-        for name in sorted(nodes, key=natural):
-            pod = pods.get(name)
-            if name in why:
-                outcome = f"FAILED: {why[name]}"
-            elif name not in stage_of:
-                outcome = "not rolled (already on the new revision)" if result == "succeeded" else "not rolled"
-            elif result in ("rolled_back", "rollback_failed"):
-                outcome = "rolled, then rolled back"
-            else:
-                outcome = f"rolled, healthy after {timings[name]}s" if name in timings else "rolled"
-            rows.append({"name": name, "stage": stage_of.get(name), "from": short(start_images.get(name)),
-                         "to": short(container_image(pod)) if pod else None,
-                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none",
-                         "state": (cpn.get(name) or {}).get("state"), "outcome": outcome})
-        return rows
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout_engine import Rollout
 
 
 def main() -> None:
@@ -977,7 +288,7 @@ def main() -> None:
             "config": CONFIG_OPTION,
             "api_key": API_KEY_OPTION,
             **KUBE_OPTIONS,
-            "state": {"type": "str", "choices": ["status", "run"], "default": "status"},
+            "state": {"type": "str", "choices": ["run", "locked", "status"], "default": "status"},
             "changes": {"type": "bool", "default": True},
             "previous": {"type": "list", "elements": "dict"},
             "joining": {"type": "list", "elements": "str"},
@@ -989,36 +300,22 @@ def main() -> None:
             "take_lock": {"type": "bool", "default": False},
             "watch_from": {"type": "str"},
         },
-        required_if=[("take_lock", True, ("run",))],
+        required_if=[("take_lock", True, ("run",)), ("state", "locked", ("run",))],
         supports_check_mode=True,
     )
+    state = module.params["state"]
+    if state == "status":
+        module.deprecate("bcd_rollout state=status is deprecated: read the fleet with bcd.kubernetes.bcd_rollout_info, "
+                         "or take the lock and read under it with bcd.kubernetes.bcd_rollout state=locked "
+                         "(instead of take_lock=true)", version="2.0.0", collection_name="bcd.kubernetes")
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
-    if module.params["state"] == "run" and module.check_mode:
+    if state == "run" and module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing rolled", summary={}, table=[], plan=[])
-    cp = control_plane(module, inv)
-    rollout = Rollout(module, inv, kube(module, inv), cp)
-    if module.params["take_lock"] and module.params["state"] == "status":
+    rollout = Rollout(module, inv, kube(module, inv), control_plane(module, inv))
+    if state == "locked" or (module.params["take_lock"] and state == "status"):
         # the lock first, the read after it: what is read is what no other run changes meanwhile
-        taken = acquire(rollout.kube, inv.bcd_namespace, f"{inv.bcd_name}-ansible-lock", int(inv.bcd_lock_ttl),
-                        holder_identity(module.params["run"]), check_mode=module.check_mode, warn=module.warn)
-        if taken.pop("failed", False):
-            module.fail_json(**taken)
-        rollout.lock_result = {k: taken.get(k) for k in ("holder", "took_over", "waited", "lease", "until")}
-    try:
-        if module.params["state"] == "status":
-            rollout.status()
-        else:
-            rollout.run()
-    except (KubeError, ControlPlaneError) as exc:
-        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {exc}",
-                         **({"lock_held": True, **rollout.lock_result} if rollout.lock_result else {}))
-    except Exception as exc:  # with the lock held, say so, so that the caller releases it
-        if not rollout.lock_result:
-            raise
-        module.fail_json(msg=f"bcd_rollout {module.params['state']}: {type(exc).__name__}: {exc}", lock_held=True,
-                         **rollout.lock_result)
-    finally:
-        rollout.unfollow()
+        rollout.take_lock()
+    rollout.guarded(f"bcd_rollout {state}", rollout.run if state == "run" else rollout.status)
 
 
 if __name__ == "__main__":

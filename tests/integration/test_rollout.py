@@ -119,7 +119,12 @@ def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(s
     assert summary["to"]["image"] == GOOD[0] and summary["to"]["digest"] == GOOD[0].split("@")[1]
     half = -(-(len(nodes)) // 2)  # 50% of the selected nodes, rounded up
     expected = [nodes[:1]] + [nodes[1:][i:i + half] for i in range(0, len(nodes) - 1, half)]
-    assert [s["nodes"] for s in summary["stages"]] == expected
+    # the canary is the plan's first node; the DaemonSet controller picks each batch's nodes: the
+    # sizes are the plan's, every node rolled once
+    assert summary["stages"][0]["nodes"] == nodes[:1]
+    assert [s["size"] for s in summary["stages"]] == [len(e) for e in expected]
+    assert [len(s["nodes"]) for s in summary["stages"]] == [len(e) for e in expected], summary["stages"]
+    assert sorted(n for s in summary["stages"] for n in s["nodes"]) == sorted(nodes)
     assert [s["name"] for s in summary["stages"]] == ["canary"] + [f"batch {i + 1}" for i in range(len(expected) - 1)]
     assert all(s["outcome"] == "passed" for s in summary["stages"])
     assert {r["name"] for r in summary["nodes"]} == set(nodes)
