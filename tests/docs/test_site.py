@@ -161,11 +161,29 @@ def test_a_page_for_each_module_role_playbook_guide_and_the_changelog(crawl):
     assert expected - reached == set(), "not reached from the index"
 
 
+def _fragment_options(name: str) -> set[str]:
+    """Options of a doc fragment of this collection (bcd.kubernetes.<file>[.<part>]); others add none."""
+    if not name.startswith("bcd.kubernetes."):
+        return set()
+    file, _, part = name.removeprefix("bcd.kubernetes.").partition(".")
+    tree = ast.parse((ROOT / "plugins" / "doc_fragments" / f"{file}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == (part.upper() or "DOCUMENTATION")
+                                                for t in node.targets):
+            return set(yaml.safe_load(ast.literal_eval(node.value)).get("options") or {})
+    raise AssertionError(f"doc fragment {name} not found")
+
+
 def module_options(module: str) -> list[str]:
+    """The options a module's page documents: its own and those of its doc fragments."""
     tree = ast.parse((ROOT / "plugins" / "modules" / f"{module}.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DOCUMENTATION" for t in node.targets):
-            return sorted(yaml.safe_load(ast.literal_eval(node.value)).get("options") or {})
+            doc = yaml.safe_load(ast.literal_eval(node.value))
+            options = set(doc.get("options") or {})
+            for fragment in doc.get("extends_documentation_fragment") or []:
+                options |= _fragment_options(fragment)
+            return sorted(options)
     raise AssertionError(f"{module} has no DOCUMENTATION")
 
 
