@@ -39,15 +39,25 @@ ANSIBLE_LABELS = {
     "callback_plugins": ("plugins/callback.html", "Callback plugins"),
     "common_return_values": ("reference_appendices/common_return_values.html", "Return Values"),
     "ansible_configuration_settings": ("reference_appendices/config.html", "Ansible Configuration Settings"),
+    # the concise callback extends ansible.builtin.default and names ansible.builtin.debug
+    "ansible_collections.ansible.builtin.default_callback": ("collections/ansible/builtin/default_callback.html",
+                                                             "ansible.builtin.default"),
+    "ansible_collections.ansible.builtin.debug_module": ("collections/ansible/builtin/debug_module.html",
+                                                         "ansible.builtin.debug"),
 }
 
 
 def _ansible_label(app, env, node, contnode):
     from docutils import nodes
 
-    target = ANSIBLE_LABELS.get(node.get("reftarget", ""))
-    if node.get("reftype") != "ref" or target is None:
-        return None
+    name = node.get("reftarget", "")
+    if node.get("reftype") == "envvar" and name.startswith("ANSIBLE_"):
+        # an ansible-core setting documented with the options a callback inherits from the default one
+        target = (f"reference_appendices/config.html#envvar-{name}", name)
+    else:
+        target = ANSIBLE_LABELS.get(name)
+        if node.get("reftype") != "ref" or target is None:
+            return None
     ref = nodes.reference("", "", internal=False, refuri=ANSIBLE_DOCS + target[0])
     ref += contnode if contnode.astext() else nodes.Text(target[1])
     return ref
