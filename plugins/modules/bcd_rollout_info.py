@@ -47,7 +47,7 @@ options:
       - Whether the DaemonSet's pod template differs from what is applied (the dry run's answer, and fields other
         field managers set there that the apply takes over). Only a new pod template replaces pods.
       - With O(changes) but not O(template_changes) (a change to the ConfigMap or to the DaemonSet's own fields
-        alone: the kubelet updates the mounted ConfigMap files in place), only the pods not on the newest revision
+        alone - the kubelet updates the mounted ConfigMap files in place), only the pods not on the newest revision
         are to roll (normally none), and the headline says that the pod template does not change.
     type: bool
     default: true
