@@ -48,6 +48,11 @@ def _strip(obj):
     return out
 
 
+def _template(obj: dict):
+    spec = obj.get("spec")
+    return spec.get("template") if isinstance(spec, dict) else None
+
+
 def bcd_apply_diff(results: list, context: int = 2) -> list[dict]:
     """The differences a server-side dry run found, per object, as unified-diff lines.
 
@@ -56,8 +61,9 @@ def bcd_apply_diff(results: list, context: int = 2) -> list[dict]:
     object as the dry run returned it, and ``diff``, kubernetes.core's before/after of the
     differing fields), or the ``results`` of a looped task (each names its object in ``item``). Differences only in server bookkeeping (managedFields,
     resourceVersion, generation, the DaemonSet's template-generation annotation) are left out.
-    Returns ``[{"object": "Kind ns/name", "lines": [...]}]``, one entry per object that would
-    change.
+    Returns ``[{"object": "Kind ns/name", "kind": Kind, "template": bool, "lines": [...]}]``, one
+    entry per object that would change; ``template`` is true for a DaemonSet whose pod template
+    (``spec.template``) changes, the only change that replaces its pods.
     """
     out = []
     for res in results or []:
@@ -69,7 +75,8 @@ def bcd_apply_diff(results: list, context: int = 2) -> list[dict]:
         meta = item.get("metadata") or {}
         name = f"{item.get('kind')} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
         lines = list(difflib.unified_diff(_dump(before), _dump(after), f"{name} (applied)", f"{name} (rendered)", lineterm="", n=context))
-        out.append({"object": name, "lines": lines})
+        template = item.get("kind") == "DaemonSet" and _template(before) != _template(after)
+        out.append({"object": name, "kind": item.get("kind"), "template": template, "lines": lines})
     return out
 
 

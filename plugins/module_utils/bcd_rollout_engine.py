@@ -301,8 +301,9 @@ class Rollout:
                            "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
         cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
         previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
-        # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled
-        if self.p.get("changes", True):
+        # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled;
+        # and only a new pod template replaces pods (a ConfigMap change alone replaces none)
+        if self.p.get("changes", True) and self.p.get("template_changes", True):
             to_roll = sorted((n for n in pods if n in nodes), key=natural)
         else:
             to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
@@ -346,6 +347,13 @@ class Rollout:
             result, headline = "refused", f"rollout refused: {refuse}"
         elif not self.p.get("changes", True) and healthy:
             result, headline = "unchanged", f"already on {current} and healthy: nothing to do"
+        elif not self.p.get("template_changes", True) and not to_roll:
+            result = "planned"
+            headline = (f"rollout on {short(current)}: the render changes the ConfigMap or the DaemonSet's own fields, the "
+                        f"pod template does not: none of the {len(nodes)} selected node(s) rolls (the kubelet updates the "
+                        "mounted ConfigMap files in place)"
+                        + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
+                           f"{', '.join(losing)}" if losing else ""))
         else:
             result = "planned"
             # the headline counts what the table lists: the selected Nodes (rolled or staying)
@@ -812,7 +820,11 @@ class Rollout:
             result, msg = "failed", f"stopped: {exc}"
         rows = self.rows(stage_of, start_images, failed, timings, result)
         headline = {
-            "succeeded": f"rolled {change(from_image, target).removeprefix('of ')} on {len(stage_of)} node(s) in {len(stages_out)} stage(s)",
+            "succeeded": (f"rolled {change(from_image, target).removeprefix('of ')} on {len(stage_of)} node(s) in "
+                          f"{len(stages_out)} stage(s)" if stages_out else
+                          f"applied on {short(target)}: the pod template did not change, so no node rolled (every selected "
+                          "node's pod already runs its pod template; the kubelet updates the mounted ConfigMap files in "
+                          "place)"),
             "rolled_back": f"rollout {change(from_image, target)} FAILED and was rolled back: {msg}",
             "rollback_failed": f"rollout {change(from_image, target)} FAILED; rollback incomplete: {msg}",
             "failed": f"rollout {change(from_image, target)} FAILED: {msg}",

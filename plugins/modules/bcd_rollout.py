@@ -17,6 +17,9 @@ description:
     and C(state=run).
   - A rollout of a new pod template on the same image (a host mount, resources, the config) is
     staged and gated as an image rollout is; its headline says C(of a new pod template (image ...)).
+  - A change to the ConfigMap or to the DaemonSet's own fields alone (O(template_changes=false)) rolls no
+    node (the kubelet updates the mounted ConfigMap files in place). The plan says so, and so does
+    C(state=run), which replaces only the pods not on the newest revision (normally none).
   - C(state=locked) takes the cluster's lock (a write, the lock Lease) and then reads the fleet under it, in
     one module run, and returns what M(bcd.kubernetes.bcd_rollout_info) returns (one module run less than
     M(bcd.kubernetes.bcd_lock) and then M(bcd.kubernetes.bcd_rollout_info)).
@@ -93,6 +96,16 @@ options:
     default: status
   changes:
     description: With C(state=locked) (or C(status)), whether the render differs from what is applied (the dry run's answer).
+    type: bool
+    default: true
+  template_changes:
+    description:
+      - With C(state=locked) (or C(status)), whether the DaemonSet's pod template differs from what is applied
+        (the dry run's answer, and fields other field managers set there that the apply takes over). Only a new
+        pod template replaces pods.
+      - With O(changes) but not O(template_changes) (a change to the ConfigMap or to the DaemonSet's own fields
+        alone - the kubelet updates the mounted ConfigMap files in place), only the pods not on the newest revision
+        are to roll (normally none), and the headline says that the pod template does not change.
     type: bool
     default: true
   previous:
@@ -290,6 +303,7 @@ def main() -> None:
             **KUBE_OPTIONS,
             "state": {"type": "str", "choices": ["run", "locked", "status"], "default": "status"},
             "changes": {"type": "bool", "default": True},
+            "template_changes": {"type": "bool", "default": True},
             "previous": {"type": "list", "elements": "dict"},
             "joining": {"type": "list", "elements": "str"},
             "run": {"type": "str"},

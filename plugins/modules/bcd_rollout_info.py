@@ -42,6 +42,15 @@ options:
       the pods not on the newest revision are to roll.
     type: bool
     default: true
+  template_changes:
+    description:
+      - Whether the DaemonSet's pod template differs from what is applied (the dry run's answer, and fields other
+        field managers set there that the apply takes over). Only a new pod template replaces pods.
+      - With O(changes) but not O(template_changes) (a change to the ConfigMap or to the DaemonSet's own fields
+        alone - the kubelet updates the mounted ConfigMap files in place), only the pods not on the newest revision
+        are to roll (normally none), and the headline says that the pod template does not change.
+    type: bool
+    default: true
   joining:
     description:
       - The selected Nodes whose bcd node does not report yet and that this run joins (adopt-cluster.yml mints
@@ -161,6 +170,7 @@ def main() -> None:
             "api_key": API_KEY_OPTION,
             **KUBE_OPTIONS,
             "changes": {"type": "bool", "default": True},
+            "template_changes": {"type": "bool", "default": True},
             "joining": {"type": "list", "elements": "str"},
             "run": {"type": "str"},
             "cluster": {"type": "str"},

@@ -108,3 +108,31 @@ def test_a_plan_whose_first_stage_rolls_every_node_is_refused_unless_allowed(san
     assert allowed.returncode == 0, out[-3000:]
     assert f"{n} of {n} selected node(s) roll in 1 stage(s) (canary {n})" in out and "rolling anyway" in out, out[-3000:]
     assert bcd_state(sandbox) == before
+
+
+def test_a_change_to_the_configmap_alone_plans_and_reports_no_node_rolling(sandbox, tmp_path):
+    """A hand edit of the live ConfigMap (another field manager) changes no pod template: the
+    apply puts it back and the kubelet updates the mounted files in place. The plan said "N of M
+    selected node(s) roll" and the report then "rolled ... on 0 node(s)". Now both count no node
+    rolling, no pod is replaced, and the ConfigMap is the render again."""
+    def config() -> dict:
+        return json.loads(sandbox.kubectl("get", "configmap", "-n", "bcd-system", "bcd-config", "-o", "json").stdout)["data"]
+
+    rendered = config()
+    key = "config.toml" if "config.toml" in rendered else sorted(rendered)[0]
+    sandbox.kubectl("patch", "configmap", "-n", "bcd-system", "bcd-config", "--field-manager=hand-edit", "--type=merge",
+                    "-p", json.dumps({"data": {key: rendered[key] + "\n# a hand edit\n"}}))
+    assert config() != rendered
+    before = bcd_state(sandbox)
+    n = len(gpu_nodes(sandbox))
+    report = tmp_path / "report.json"
+    run = run_playbook("rollout.yml", "-e", f"bcd_report_out={report}")
+    out = flat(run)
+    assert run.returncode == 0, out[-3000:]
+    assert "the pod template does not" in out and f"none of the {n} selected node(s) rolls" in out, out[-3000:]
+    assert "will roll" not in out and f"of {n} selected node(s) roll in" not in out, out[-3000:]
+    summary = json.loads(report.read_text())
+    assert summary["result"] == "succeeded", summary
+    assert summary["stages"] == [] and "no node rolled" in summary["headline"], summary["headline"]
+    assert bcd_state(sandbox)[1] == before[1], "every bcd pod as it was (same uids)"
+    assert config() == rendered, "the ConfigMap is the render again"

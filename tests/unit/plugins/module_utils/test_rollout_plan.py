@@ -250,6 +250,7 @@ def test_apply_diff_shows_what_changes_line_by_line_and_ignores_bookkeeping():
     assert lines[0] == "--- ConfigMap bcd-system/bcd-config (applied)"
     assert '-    log_level = "info"' in lines and '+    log_level = "debug"' in lines
     assert "     a = 1" in lines, "a multi-line value is diffed line by line"
+    assert out[0]["kind"] == "ConfigMap" and out[0]["template"] is False, "a ConfigMap replaces no pod"
 
 
 def test_apply_diff_names_each_object_of_one_run_with_a_list_definition():
@@ -267,6 +268,17 @@ def test_apply_diff_names_each_object_of_one_run_with_a_list_definition():
     assert [d["object"] for d in out] == ["DaemonSet bcd-system/bcd"]
     assert any(ln.startswith("+") and "image: b" in ln for ln in out[0]["lines"]), out[0]["lines"]
     assert any(ln.startswith("-") and "image: a" in ln for ln in out[0]["lines"]), out[0]["lines"]
+    assert out[0]["template"] is True, "a new pod template replaces the pods"
+
+
+def test_apply_diff_marks_a_daemonset_whose_pod_template_does_not_change():
+    """A DaemonSet whose own fields change (its update strategy) replaces no pod."""
+    ds = {"kind": "DaemonSet", "metadata": {"name": "bcd", "namespace": "bcd-system"}}
+    same = {"spec": {"containers": [{"image": "a"}]}}
+    results = [{"result": ds, "diff": {"before": {"spec": {"template": same, "updateStrategy": {"type": "OnDelete"}}},
+                                       "after": {"spec": {"template": same, "updateStrategy": {"type": "RollingUpdate"}}}}}]
+    out = _filter()(results)
+    assert [(d["object"], d["template"]) for d in out] == [("DaemonSet bcd-system/bcd", False)]
 
 
 def full_pod(name, node, status):
