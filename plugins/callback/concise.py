@@ -24,8 +24,9 @@ description:
     later failure of the same host whose message repeats an earlier one's (the last play of a
     playbook fails each failed cluster, naming the first failure) shows the repeat as
     C((the error above)).
-  - With C(-v) or more, or C(display_ok_hosts) true (C(ANSIBLE_DISPLAY_OK_HOSTS=true)), the output is
-    the default callback's.
+  - With C(-v) or more the output is the default callback's with C(display_ok_hosts) true (every ok
+    task prints); with C(display_ok_hosts) true (C(ANSIBLE_DISPLAY_OK_HOSTS=true)) it is the default
+    callback's.
 extends_documentation_fragment:
   - default_callback
   - result_format_callback
@@ -57,8 +58,9 @@ class CallbackModule(DefaultCallback):
 
     def get_option(self, k):
         # an ok result with something to say prints as the default callback prints it with
-        # display_ok_hosts true (banner, "ok: [host] => msg", warnings)
-        if k == "display_ok_hosts" and self._show_ok:
+        # display_ok_hosts true (banner, "ok: [host] => msg", warnings); with -v every ok task
+        # prints: verbose output hides nothing
+        if k == "display_ok_hosts" and (self._show_ok or self._display.verbosity > 0):
             return True
         return super().get_option(k)
 
