@@ -34,7 +34,12 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     slim_pod,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import acquire, holder_identity
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import progress_reporter
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
+    API_KEY_OPTION,
+    CONFIG_OPTION,
+    KUBE_OPTIONS,
+    progress_reporter,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     ON_DELETE,
     applied_config,
@@ -54,6 +59,19 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     with_strategy,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
+
+# The options of a fleet read (bcd_rollout_info, and bcd_rollout, which reads before it writes).
+READ_OPTIONS = {
+    "config": CONFIG_OPTION,
+    "api_key": API_KEY_OPTION,
+    **KUBE_OPTIONS,
+    "changes": {"type": "bool", "default": True},
+    "template_changes": {"type": "bool", "default": True},
+    "joining": {"type": "list", "elements": "str"},
+    "run": {"type": "str"},
+    "cluster": {"type": "str"},
+    "started_at": {"type": "str"},
+}
 
 FIELD_MANAGER = "bcd-ansible"
 # A stage's pods are deleted this many at a time (at most the client's connection pool, 5 per CPU).

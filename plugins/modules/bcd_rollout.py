@@ -284,32 +284,17 @@ lock_held:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
-    API_KEY_OPTION,
-    CONFIG_OPTION,
-    KUBE_OPTIONS,
-    control_plane,
-    inventory,
-    kube,
-)
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout_engine import Rollout
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import control_plane, inventory, kube
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout_engine import READ_OPTIONS, Rollout
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "config": CONFIG_OPTION,
-            "api_key": API_KEY_OPTION,
-            **KUBE_OPTIONS,
+            **READ_OPTIONS,
             "state": {"type": "str", "choices": ["run", "locked", "status"], "default": "status"},
-            "changes": {"type": "bool", "default": True},
-            "template_changes": {"type": "bool", "default": True},
             "previous": {"type": "list", "elements": "dict"},
-            "joining": {"type": "list", "elements": "str"},
-            "run": {"type": "str"},
             "lock": {"type": "str"},
-            "cluster": {"type": "str"},
-            "started_at": {"type": "str"},
             "interval": {"type": "float", "default": 2},
             "take_lock": {"type": "bool", "default": False},
             "watch_from": {"type": "str"},

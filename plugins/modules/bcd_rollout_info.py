@@ -152,30 +152,13 @@ selected:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
-    API_KEY_OPTION,
-    CONFIG_OPTION,
-    KUBE_OPTIONS,
-    control_plane,
-    inventory,
-    kube,
-)
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout_engine import Rollout
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import control_plane, inventory, kube
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout_engine import READ_OPTIONS, Rollout
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "config": CONFIG_OPTION,
-            "api_key": API_KEY_OPTION,
-            **KUBE_OPTIONS,
-            "changes": {"type": "bool", "default": True},
-            "template_changes": {"type": "bool", "default": True},
-            "joining": {"type": "list", "elements": "str"},
-            "run": {"type": "str"},
-            "cluster": {"type": "str"},
-            "started_at": {"type": "str"},
-        },
+        argument_spec=READ_OPTIONS,
         supports_check_mode=True,
     )
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
