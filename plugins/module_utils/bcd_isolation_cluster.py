@@ -181,7 +181,7 @@ def _node_files(module, settings: dict) -> tuple[dict, list[str]]:
 
 
 def _bcd_view(nodes: list[dict], cp_nodes: list[dict] | None, error: str | None) -> None:
-    """Attach bcd's own view (bcd_nodes' result) to each node entry, in place."""
+    """Attach bcd's own view (bcd_nodes_info' result) to each node entry, in place."""
     if cp_nodes is None and not error:
         return
     by_name = {n.get("name"): n for n in cp_nodes or [] if isinstance(n, dict)}

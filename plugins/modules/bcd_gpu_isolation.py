@@ -130,7 +130,7 @@ options:
     default: false
   control_plane_nodes:
     description:
-      - bcd's own view of the selected Nodes, as module C(bcd_nodes) returns it
+      - bcd's own view of the selected Nodes, as module C(bcd_nodes_info) returns it
         (C(nodes.list) matched by Node name - C(name), C(id), C(state), C(conditions)). Each node of the
         table and report then shows its bcd state and conditions (seed - GPU isolation, The reaper; for
         example C(ForeignGpuExposure), C(PodResourcesUnavailable), C(KubernetesReleaseStuck)). Shown only

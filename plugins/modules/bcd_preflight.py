@@ -13,7 +13,7 @@ version_added: 1.1.0
 description:
   - Makes, in one module run and with its independent requests in parallel (one client per
     request), the read-only checks that modules M(bcd.kubernetes.bcd_control_plane),
-    M(bcd.kubernetes.bcd_nodes) and M(bcd.kubernetes.bcd_pod_security) and a check-mode
+    M(bcd.kubernetes.bcd_nodes_info) and M(bcd.kubernetes.bcd_pod_security) and a check-mode
     M(bcd.kubernetes.bcd_join_token) (O(cluster), O(run)) make one at a time; each part returns
     what that module returns, and refuses with the same message.
   - The control plane (RV(control_plane)) - the discovery document (C(/.well-known/better-compute)),
@@ -128,7 +128,7 @@ control_plane:
       type: list
       elements: str
 nodes:
-  description: What M(bcd.kubernetes.bcd_nodes) returns without O(bcd.kubernetes.bcd_nodes#module:wait).
+  description: What M(bcd.kubernetes.bcd_nodes_info) returns without O(bcd.kubernetes.bcd_nodes_info#module:wait).
   returned: success
   type: dict
   contains:
@@ -283,8 +283,8 @@ def read_policies(k) -> list[dict] | None:
 
 
 def judge_nodes(out, inv) -> dict:
-    """The selected Nodes and which of them report: bcd_nodes' result, with each Node's bcd pod
-    judged (bcd_nodes O(pods)). Raises Refusal."""
+    """The selected Nodes and which of them report: bcd_nodes_info' result, with each Node's bcd pod
+    judged (bcd_nodes_info O(pods)). Raises Refusal."""
     try:
         k8s_nodes = {n["metadata"]["name"]: n for n in out.take("k8s_nodes")}
     except KubeError as exc:

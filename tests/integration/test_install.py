@@ -86,7 +86,7 @@ def installed(tmp_path_factory) -> Path:
 def test_the_tarball_holds_the_collection_only(installed):
     coll = installed / "ansible_collections" / "bcd" / "kubernetes"
     for kept in ("playbooks/adopt_cluster.yml", "roles/bcd_daemonset/tasks/main.yml", "meta/runtime.yml",
-                 "plugins/modules/bcd_nodes.py", "templates/config.toml.j2", "CHANGELOG.rst", "LICENSE"):
+                 "plugins/modules/bcd_nodes_info.py", "templates/config.toml.j2", "CHANGELOG.rst", "LICENSE"):
         assert (coll / kept).is_file(), kept
     for left_out in ("bench", "molecule", ".venv", "collections", "ansible.cfg", "requirements-dev.txt"):
         assert not (coll / left_out).exists(), left_out
@@ -132,8 +132,8 @@ def test_a_users_playbook_adopts_the_sandbox_by_fqcn(sandbox, cp, cpvars, instal
 
 def test_ansible_doc_finds_the_modules_by_fqcn(installed, tmp_path):
     env = user_env(installed, tmp_path / "ansible-home")
-    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "bcd.kubernetes.bcd_nodes"], cwd=tmp_path, env=env,
+    run = subprocess.run([str(VENV_BIN / "ansible-doc"), "bcd.kubernetes.bcd_nodes_info"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
-    assert "bcd.kubernetes.bcd_nodes" in run.stdout
+    assert "bcd.kubernetes.bcd_nodes_info" in run.stdout
     assert str(installed) in run.stdout  # from the installed collection, not this checkout

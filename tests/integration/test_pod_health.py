@@ -119,7 +119,7 @@ def test_a_crash_looping_pod_within_the_offline_grace_fails_audit_adopt_and_the_
     assert MESSAGE in waited["msg"]
 
     # the node wait (one slice) ends at once on the failing pod, whatever the control plane says
-    code, nodes = run_module("bcd_nodes", {"config": config, "api_key": cpvars["bcd_api_key"],
+    code, nodes = run_module("bcd_nodes_info", {"config": config, "api_key": cpvars["bcd_api_key"],
                                            "kubeconfig": str(sandbox.kubeconfig), "refusals": True, "pods": True,
                                            "poll_for": 20, "since": "2000-01-01T00:00:00Z"})
     assert code == 0, nodes

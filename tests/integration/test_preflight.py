@@ -1,8 +1,9 @@
 """bcd_preflight against the sandbox: in one module run it returns what the modules it replaces
-(bcd_control_plane, bcd_nodes, bcd_pod_security, a check-mode bcd_join_token scope=stale, and
+(bcd_control_plane, bcd_nodes_info, bcd_pod_security, a check-mode bcd_join_token scope=stale, and
 kubernetes.core's read of the ClusterPolicies) return one at a time, facts and refusals alike.
 bcd_control_plane and bcd_pod_security are retired for it: they still run through meta/runtime.yml's
-deprecation routing, with a warning, until 2.0.0.
+deprecation routing, with a warning, until 2.0.0. bcd_nodes_info runs by its old name, bcd_nodes,
+which the same routing keeps working until 2.0.0.
 
 Each test runs one playbook that calls the separate modules and then bcd_preflight on the same
 cluster and control plane, and compares what they registered.
@@ -73,6 +74,7 @@ def both(tmp_path, cluster: str, **extra) -> dict:
     said = " ".join((run.stdout + run.stderr).split())
     for retired in ("bcd_control_plane", "bcd_pod_security"):
         assert f"bcd.kubernetes.{retired} has been deprecated. nothing in the product calls it; use bcd.kubernetes.bcd_preflight" in said
+    assert "bcd.kubernetes.bcd_nodes has been deprecated. renamed to bcd.kubernetes.bcd_nodes_info" in said
     return json.loads(out.read_text())
 
 

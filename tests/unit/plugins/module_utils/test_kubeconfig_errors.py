@@ -51,7 +51,7 @@ def test_render_playbook_needs_no_kubeconfig(tmp_path):
 def test_unreachable_server_names_the_kubeconfig_and_the_current_context(tmp_path):
     server = f"https://127.0.0.1:{_closed_port()}"
     kc = _kubeconfig(tmp_path / "kubeconfig.yaml", server)
-    code, result = run_module("bcd_nodes", {"config": {**BASE_VARS, "bcd_tenant": "root", "bcd_pool": "p",
+    code, result = run_module("bcd_nodes_info", {"config": {**BASE_VARS, "bcd_tenant": "root", "bcd_pool": "p",
                                                        "bcd_kubeconfig": str(kc)}})
     assert code != 0
     msg = result["msg"]
@@ -63,13 +63,13 @@ def test_unreachable_server_names_the_kubeconfig_and_the_current_context(tmp_pat
 def test_unreachable_server_names_the_chosen_context(tmp_path):
     server = f"https://127.0.0.1:{_closed_port()}"
     kc = _kubeconfig(tmp_path / "kubeconfig.yaml", server)
-    code, result = run_module("bcd_nodes", {"config": {**BASE_VARS, "bcd_tenant": "root", "bcd_pool": "p",
+    code, result = run_module("bcd_nodes_info", {"config": {**BASE_VARS, "bcd_tenant": "root", "bcd_pool": "p",
                                                        "bcd_kubeconfig": str(kc), "bcd_kube_context": "gpu-west"}})
     assert code != 0 and "context gpu-west" in result["msg"] and f"kubeconfig {kc}" in result["msg"], result["msg"]
 
 
 def test_unknown_context_names_the_kubeconfig(tmp_path):
     kc = _kubeconfig(tmp_path / "kubeconfig.yaml", "https://127.0.0.1:1")
-    code, result = run_module("bcd_nodes", {"config": {**BASE_VARS, "bcd_tenant": "root", "bcd_pool": "p",
+    code, result = run_module("bcd_nodes_info", {"config": {**BASE_VARS, "bcd_tenant": "root", "bcd_pool": "p",
                                                        "bcd_kubeconfig": str(kc), "bcd_kube_context": "gpu-north"}})
     assert code != 0 and f"kubeconfig {kc}" in result["msg"] and "gpu-north" in result["msg"], result["msg"]

@@ -483,7 +483,7 @@ def module_args(name: str, config: dict) -> dict:
     key = config.get("bcd_api_key")
     if key is not None and not isinstance(key, str):
         args["config"]["bcd_api_key"] = next((t() for t in (bool, int, float, list, dict) if type(key) is t), 0)
-    elif name in ("bcd_preflight", "bcd_nodes", "bcd_join_token"):
+    elif name in ("bcd_preflight", "bcd_nodes_info", "bcd_join_token"):
         args["api_key"] = API_KEY
     if name == "bcd_join_token":
         args.update(cluster="c1", run="r1", max_uses=2)
@@ -492,7 +492,7 @@ def module_args(name: str, config: dict) -> dict:
     return args
 
 
-MODULES = ("bcd_manifests", "bcd_preflight", "bcd_nodes", "bcd_join_token")
+MODULES = ("bcd_manifests", "bcd_preflight", "bcd_nodes_info", "bcd_join_token")
 
 
 def test_modules_refuse_invalid_inventories_before_any_connection(reliability):

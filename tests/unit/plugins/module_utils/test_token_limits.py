@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.bcd.kubernetes.plugins.action.bcd_nodes import token_fix
+from ansible_collections.bcd.kubernetes.plugins.action.bcd_nodes_info import token_fix
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import max_uses_refusal
 
 

@@ -40,11 +40,29 @@ def test_bcd_manifests_never_returns_the_api_key():
 
 RETIRED = {"bcd_config": "bcd.kubernetes.bcd_manifests", "bcd_control_plane": "bcd.kubernetes.bcd_preflight",
            "bcd_pod_security": "bcd.kubernetes.bcd_preflight"}
+# renamed: the old name runs the new module, through its action plugin when it has one
+RENAMED = {"bcd_nodes": "bcd.kubernetes.bcd_nodes_info"}
+
+
+def _book(tmp_path, name: str, extra: str = "") -> object:
+    book = tmp_path / f"{name}.yml"
+    book.write_text(f"""
+- name: {name}
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run {name}
+      bcd.kubernetes.{name}:
+        config: {{bcd_typo: 1}}
+        {extra}
+      ignore_errors: true
+""")
+    return book
 
 
 def test_retired_modules_still_run_and_name_their_successor(tmp_path):
-    """meta/runtime.yml's deprecation routing: each retired name still runs its module (here to its
-    INVALID_CONFIG refusal, before any connection) and warns, naming what replaces it."""
+    """meta/runtime.yml's deprecation routing: each retired or renamed name still runs its module
+    (here to its INVALID_CONFIG refusal, before any connection) and warns, naming what replaces it."""
     book = tmp_path / "retired.yml"
     book.write_text("".join(f"""
 - name: {name}
@@ -55,7 +73,7 @@ def test_retired_modules_still_run_and_name_their_successor(tmp_path):
       bcd.kubernetes.{name}:
         config: {{bcd_typo: 1}}
       ignore_errors: true
-""" for name in RETIRED))
+""" for name in {**RETIRED, **RENAMED}))
     run = run_playbook(str(book), "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter={{ ansible_playbook_python }}")
     out = " ".join(run.stdout.split() + run.stderr.split())
     assert run.returncode == 0, out[-3000:]
@@ -63,8 +81,21 @@ def test_retired_modules_still_run_and_name_their_successor(tmp_path):
         assert f"bcd.kubernetes.{name} has been deprecated." in out, name
         assert f"use {successor}" in out, name
         assert "removed from collection 'bcd.kubernetes' version 2.0.0" in out
+    for name, successor in RENAMED.items():
+        assert f"bcd.kubernetes.{name} has been deprecated. renamed to {successor}" in out, name
     # each ran, and refused the typo
-    assert recap(run.stdout)["localhost"]["ignored"] == len(RETIRED) and "INVALID_CONFIG: bcd_typo: unknown variable" in out
+    assert recap(run.stdout)["localhost"]["ignored"] == len(RETIRED) + len(RENAMED)
+    assert "INVALID_CONFIG: bcd_typo: unknown variable" in out
+
+
+def test_a_renamed_module_keeps_its_action_plugin(tmp_path):
+    """ansible-core picks the action plugin by the name the task uses: the old name of a renamed
+    module must reach the new action plugin (its wait and progress), not run the module bare."""
+    run = run_playbook(str(_book(tmp_path, "bcd_nodes", "wait: true")), "-i", "localhost,", "-c", "local", "-vvvv",
+                       "-e", "ansible_python_interpreter={{ ansible_playbook_python }}")
+    out = " ".join(run.stdout.split() + run.stderr.split())
+    assert "redirecting (type: action) bcd.kubernetes.bcd_nodes to bcd.kubernetes.bcd_nodes_info" in out, out[-3000:]
+    assert "INVALID_CONFIG: bcd_typo: unknown variable" in out
 
 
 def test_bcd_manifests_renders_without_dest(tmp_path):

@@ -1,9 +1,9 @@
-"""The node wait's poll spacing (bcd_nodes.poll_spacing): short when few Nodes are missing or a
+"""The node wait's poll spacing (bcd_nodes_info.poll_spacing): short when few Nodes are missing or a
 run has just started, longer when hundreds are missing."""
 
 from __future__ import annotations
 
-from ansible_collections.bcd.kubernetes.plugins.modules.bcd_nodes import poll_spacing
+from ansible_collections.bcd.kubernetes.plugins.modules.bcd_nodes_info import poll_spacing
 
 
 def test_few_missing_polls_at_a_quarter_of_the_interval():

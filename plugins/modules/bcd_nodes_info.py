@@ -1,16 +1,17 @@
 #!/usr/bin/python
 # Copyright: bcd-ansible contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ansible module bcd_nodes: which selected Nodes report to the control plane, and why not."""
+"""Ansible module bcd_nodes_info: which selected Nodes report to the control plane, and why not."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: bcd_nodes
+module: bcd_nodes_info
 short_description: Report, per selected Node, its bcd node, and why a Node does not report
-version_added: 1.0.0
+version_added: 1.1.0
 description:
+  - Named C(bcd_nodes) before 1.1.0; that name still works, with a deprecation warning, until 2.0.0.
   - Lists the Nodes C(bcd_node_selector) selects and the pool's nodes (C(nodes.list), every
     page, 500 a page) and matches them by name (a DaemonSet node's C(hostname) is its Kubernetes
     Node name; control-plane-api.md, nodes.list).
@@ -113,7 +114,7 @@ author:
 
 EXAMPLES = r"""
 - name: Wait for every selected Node to report
-  bcd.kubernetes.bcd_nodes:
+  bcd.kubernetes.bcd_nodes_info:
     config: "{{ lookup('bcd.kubernetes.bcd_inventory') }}"
     api_key: "{{ bcd_api_key | default(omit) }}"
     wait: true

@@ -1,6 +1,6 @@
-"""Action plugin bcd_nodes: poll the bcd_nodes module until every selected Node reports.
+"""Action plugin bcd_nodes_info: poll the bcd_nodes_info module until every selected Node reports.
 
-Runs on the controller. Each run of the bcd_nodes module lists the selected Nodes once and then
+Runs on the controller. Each run of the bcd_nodes_info module lists the selected Nodes once and then
 polls the control plane (ceil(pool nodes / 500) nodes.list calls a poll) every ``interval``
 seconds for up to ``PROGRESS_EVERY`` s (never past the wait's limit, which the module knows from
 the inventory); it returns early when every Node reports. A progress line (n of N, the time
@@ -53,7 +53,7 @@ class ActionModule(ActionBase):
 
     def _poll(self, args: dict, task_vars: dict, diagnose: bool, poll_for: float = 0, interval: float = 2) -> dict:
         with RetryWatch(task_vars.get("inventory_hostname", "")):
-            return self._execute_module(module_name="bcd.kubernetes.bcd_nodes",
+            return self._execute_module(module_name="bcd.kubernetes.bcd_nodes_info",
                                         module_args={**args, "diagnose": diagnose, "wait": False, "poll_for": poll_for,
                                                      "interval": interval},
                                         task_vars=task_vars)
