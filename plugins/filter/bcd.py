@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import stale_joins
+
 # The GPU operator's toolkit env entries gpu_stack sets to "false" (NVIDIA container toolkit:
 # accept-nvidia-visible-devices-envvar-when-unprivileged and -as-volume-mounts).
 TOOLKIT_ENV_FALSE = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
@@ -74,7 +76,15 @@ def bcd_apply_conflicts(message: str | None, as_text: bool = False) -> list[dict
     return out
 
 
+def bcd_stale_joins(pods: list | None, since: str) -> list:
+    """bcd's pods whose ``bcd join`` failed before ``since`` and that do not run (module_utils
+    bcd_kube.stale_joins, which the DaemonSet wait's judgement shares), as
+    ``{name, namespace, uid}``: the pods to restart before the wait."""
+    return [{"name": p["metadata"]["name"], "namespace": p["metadata"].get("namespace"), "uid": p["metadata"]["uid"]}
+            for p in stale_joins(list(pods or []), str(since))]
+
+
 class FilterModule:
     def filters(self):
         return {"bcd_report_row": bcd_report_row, "bcd_toolkit_env": bcd_toolkit_env,
-                "bcd_apply_conflicts": bcd_apply_conflicts}
+                "bcd_apply_conflicts": bcd_apply_conflicts, "bcd_stale_joins": bcd_stale_joins}

@@ -353,3 +353,15 @@ def join_failed_at(pod: dict | None, container: str = JOIN_CONTAINER) -> str | N
             term = term or (cs.get("lastState") or {}).get("terminated") or {}
             return term.get("finishedAt") or ""
     return None
+
+
+def stale_joins(pods: list[dict], since: str) -> list[dict]:
+    """The pods whose ``bcd join`` failed before ``since`` (RFC 3339, UTC: before the token and
+    config a wait is for were in place) and that do not run. Restarted, they try again now rather
+    than after the kubelet's back-off (up to 5 minutes)."""
+    out = []
+    for pod in pods or []:
+        at = join_failed_at(pod)
+        if at is not None and at < since and ((pod or {}).get("status") or {}).get("phase") == "Pending":
+            out.append(pod)
+    return out

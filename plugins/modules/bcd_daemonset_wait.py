@@ -38,17 +38,18 @@ description:
     the refusal has stood for 6 seconds with pods still missing (a quota that has not yet counted a
     deleted pod refuses its replacement for a moment). A refusal that heals by itself (a quota's
     usage or the namespace's ServiceAccount not there yet) is waited out.
-  - A pod whose join failed before this wait started (a Node added before its join token
-    existed fails for want of a token, then waits out the kubelet's back-off, up to 5 minutes)
-    is deleted once, so that the DaemonSet controller replaces it and it joins now; only a join
-    that fails during the wait counts as refused.
+  - A join that failed before the wait began (O(since)) is not a refusal - a Node added before its
+    join token existed fails for want of a token. The wait changes nothing; the role's step before it
+    (role C(bcd_daemonset), C(wait_rollout)) deletes those pods (C(kubernetes.core.k8s),
+    C(state=absent)) so that the DaemonSet controller replaces them and they join now rather than
+    after the kubelet's back-off (up to 5 minutes); filter C(bcd.kubernetes.bcd_stale_joins) names them.
   - Fails at O(timeout) with the counts, each Node whose pod is not Ready and its state, and the
     DaemonSet's latest C(FailedCreate) refusal, however old, with its time.
   - Through the action plugin of the same name, prints a progress line (pods updated and
     available of desired, the time waited, the limit and the variable that sets it) when the
     counts changed (at most every O(progress_every) seconds - each line ends a module run, and a
     run costs a Python start) and at least every 25 seconds, so a long wait is never silent.
-  - Changes nothing else (and nothing in check mode).
+  - Changes nothing (only reads and watches), in check mode as otherwise.
 options:
   timeout:
     description: Seconds to wait (default C(bcd_rollout_timeout), else 120 + 2 per node of O(nodes)).
@@ -64,8 +65,8 @@ options:
     type: float
   since:
     description:
-      - Internal to the action plugin. When the wait began (RFC 3339); a join that failed before is
-        stale, and so is a C(FailedCreate) event last seen before.
+      - When the wait began (RFC 3339, UTC; default now); a join that failed before is stale, and so is a
+        C(FailedCreate) event last seen before. The role passes the time it read the pods it restarted.
     type: str
   refused_at:
     description: Internal to the action plugin. Seconds into the wait when the refusals of RV(refused) were first seen.
@@ -128,7 +129,9 @@ refused_at:
   returned: success
   type: float
 restarted:
-  description: The uids of the pods deleted because their join had failed before the wait.
+  description:
+    - Always empty since 1.1.0 - the wait deletes no pod; the role's step before it restarts the pods
+      whose join failed before the wait.
   returned: always
   type: list
   elements: str
@@ -185,7 +188,6 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission impor
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import pod_updated
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
-    join_failed_at,
     join_failure,
     path,
     pod_ready,
@@ -217,7 +219,7 @@ COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable",
 
 def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None, revision: str | None = None) -> list[dict]:
     """``[{node, pod, why}]`` for each pod whose join failed since ``since`` or that cannot turn
-    Ready (a join that failed before is stale: see :func:`stale`). A pod of an older template
+    Ready (a join that failed before is stale: see bcd_kube.stale_joins). A pod of an older template
     than ``ds``'s (its template generation, or ``revision``, the newest ControllerRevision's
     hash) is left to the DaemonSet controller, which replaces it: a crash there may be what the
     new template repairs."""
@@ -242,18 +244,6 @@ def fix_text(bad: list[dict], namespace: str) -> str:
         fixes.append(f"a failing container's last exit quotes what bcd wrote before it exited; kubectl -n {namespace} logs "
                      f"{crashed[0]} -c bcd --previous shows more")
     return "Fix the cause (" + "; ".join(fixes) + ") and run again."
-
-
-def stale(pods: dict[str, dict], since: str) -> list[dict]:
-    """The pods whose join failed before ``since`` (before this wait, so before the token and
-    config it waits for were in place) and that do not run: restarted, they try again now
-    rather than after the kubelet's back-off (up to 5 minutes)."""
-    out = []
-    for pod in pods.values():
-        at = join_failed_at(pod)
-        if at is not None and at < since and (pod.get("status") or {}).get("phase") == "Pending":
-            out.append(pod)
-    return out
 
 
 def main() -> None:
@@ -285,8 +275,6 @@ def main() -> None:
     ds: dict = {}
     pods: dict[str, dict] = {}
     since = module.params["since"] or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    restarted: set[str] = set()
-    restarted_on: set[str] = set()  # the Nodes of the restarted pods
     first_counts = None
     first_bad = None
     revisions: dict[tuple, str | None] = {}  # (DaemonSet uid, generation) -> its newest revision's hash
@@ -305,8 +293,8 @@ def main() -> None:
 
     def done(finished: bool = True, **kw):
         status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
-        module.exit_json(changed=bool(restarted), status=status, waited=round(time.monotonic() - started, 1),
-                         restarted=sorted(restarted), done=finished, desired=status["desiredNumberScheduled"],
+        module.exit_json(changed=False, status=status, waited=round(time.monotonic() - started, 1),
+                         restarted=[], done=finished, desired=status["desiredNumberScheduled"],
                          updated=status["updatedNumberScheduled"], available=status["numberAvailable"],
                          timeout=timeout, since=since, watch=watched(), refused=refused,
                          refused_at=None if standing.first is None else round(standing.first - started, 1), **kw)
@@ -355,15 +343,6 @@ def main() -> None:
             now = time.monotonic()
             late = now - started >= timeout
             pods = pods_by_node(list(pod_follow.objects().values()), ds["metadata"].get("uid"))
-            node_of = {p["metadata"]["uid"]: n for n, p in pods.items()}
-            for pod in stale(pods, since):
-                meta = pod["metadata"]
-                if meta["uid"] in restarted or module.check_mode:
-                    continue
-                restarted.add(meta["uid"])
-                restarted_on.add(node_of[meta["uid"]])
-                # the uid precondition never deletes a pod that replaced it meanwhile
-                api.delete(path("pods", meta["name"], inv.bcd_namespace), {"preconditions": {"uid": meta["uid"]}})
             desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
             refused = refusals(list(event_follow.objects().values()), ds["metadata"].get("uid"), since, inv.bcd_namespace,
                                want, inv.bcd_priority_class_name)
@@ -393,8 +372,7 @@ def main() -> None:
             # A refusal rarely comes alone (the same pin or token for every node): give the
             # other pods that are not Ready a few seconds to say so too, then name them all.
             named = {b["node"] for b in bad}
-            # a node whose pod was just restarted has none until its replacement comes: wait for it too
-            waiting_on = [n for n in set(pods) | restarted_on if n not in named and not pod_ready(pods.get(n))]
+            waiting_on = [n for n in pods if n not in named and not pod_ready(pods.get(n))]
             if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
                 lines = "\n".join(
                     f"{b['node']}: {b['why']}" if b["why"].startswith(f"pod {b['pod']} ")
