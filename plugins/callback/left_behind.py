@@ -52,7 +52,6 @@ from ansible.plugins.callback import CallbackBase
 # followed by a SIGKILL, often 10 s later), each request at most REQUEST_SECONDS.
 CLEANUP_SECONDS = 10.0
 REQUEST_SECONDS = 5.0
-TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name (bcd_join_token writes it)
 
 # options of ansible-playbook that say which clusters a run covers (no -e: it may carry a secret)
 _KEEP = {"-i", "--inventory", "--inventory-file", "-l", "--limit"}
@@ -241,7 +240,12 @@ class CallbackModule(CallbackBase):
         from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
         from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError
         from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import release
-        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import ours, secret_path
+        from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import (
+            TOKEN_ID_ANNOTATION,
+            delete_secret,
+            ours,
+            secret_path,
+        )
 
         try:
             s = self._settings(host)
@@ -271,12 +275,14 @@ class CallbackModule(CallbackBase):
                     self._tokens.pop(host, None)
                 except ControlPlaneError as exc:
                     done.append(f"FAILED: revoking join token {token['id']}: {exc}")
-            if secret is not None and ours(secret) and (not token or annotated in (None, token["id"])):
+            if secret is not None:
+                # the delete bcd_join_token does; a Secret holding another run's token is left
                 try:
-                    s.kube.delete(secret_path(s.inv))
-                    done.append(f"Secret {where} deleted")
-                    if host in self._tokens:
-                        self._tokens[host]["secret"] = None
+                    deleted, _ = delete_secret(s.kube, s.inv, secret=secret, token_id=token["id"] if token else None)
+                    if deleted:
+                        done.append(f"Secret {where} deleted")
+                        if host in self._tokens:
+                            self._tokens[host]["secret"] = None
                 except KubeError as exc:
                     done.append(f"FAILED: deleting Secret {where}: {exc}")
                     self._secrets[host] = where

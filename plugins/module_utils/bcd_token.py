@@ -52,6 +52,34 @@ def ours(secret: dict | None) -> bool:
     return labels.get("app.kubernetes.io/managed-by") == FIELD_MANAGER
 
 
+# the Secret's annotation naming the token it holds (a token is never read to know which it is)
+TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name
+_UNREAD = object()
+
+
+def delete_secret(kube, inv, check: bool = False, secret=_UNREAD, token_id: str | None = None) -> tuple[bool, str | None]:
+    """Delete the join-token Secret when bcd-ansible made it: ``(deleted, note)``, the note
+    saying why a Secret there was left in place. The one delete of that Secret, for
+    bcd_join_token and for the clean-up of an interrupted run (callback left_behind).
+
+    ``secret``: the Secret as the caller has just read it (None: not there), else it is read.
+    ``token_id``: delete it only when it holds that token or names none (its token-id annotation).
+    ``check``: say what would be deleted, delete nothing. Raises KubeError."""
+    if secret is _UNREAD:
+        secret = kube.get(secret_path(inv))
+    name = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
+    if secret is None:
+        return False, None
+    if not ours(secret):
+        return False, f"Secret {name} was not made by bcd-ansible; left in place"
+    annotated = ((secret.get("metadata") or {}).get("annotations") or {}).get(TOKEN_ID_ANNOTATION)
+    if token_id and annotated not in (None, token_id):
+        return False, f"Secret {name} holds join token {annotated}, not {token_id}; left in place"
+    if not check:
+        kube.delete(secret_path(inv))
+    return True, None
+
+
 def find_tokens(cp, inv, cluster: str, run: str, scope: str) -> list[dict]:
     """The live (unrevoked) tokens of ``cluster`` that bcd-ansible minted: this run's
     (``scope`` ``run``) or every other run's (``scope`` ``stale``). Raises ControlPlaneError."""

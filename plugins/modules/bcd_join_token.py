@@ -140,15 +140,15 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import (
+    TOKEN_ID_ANNOTATION,
     bad_name,
+    delete_secret,
     description,
     find_tokens,
     max_uses_refusal,
     ours,
     secret_path,
 )
-
-TOKEN_ID_ANNOTATION = "bcd.dev/join-token-id"  # noqa: S105 - an annotation name
 
 
 def secret_manifest(inv, token: str, answer: dict) -> dict:
@@ -188,18 +188,6 @@ def write_secret(kube: Kube, inv, manifest: dict) -> None:
     body = json.loads(json.dumps(manifest))
     body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
     kube.replace(secret_path(inv), body, field_manager=FIELD_MANAGER)
-
-
-def delete_secret(kube: Kube, inv, check: bool) -> tuple[bool, str | None]:
-    secret = kube.get(secret_path(inv))
-    name = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
-    if secret is None:
-        return False, None
-    if not ours(secret):
-        return False, f"Secret {name} was not made by bcd-ansible; left in place"
-    if not check:
-        kube.delete(secret_path(inv))
-    return True, None
 
 
 def present(module, inv, cp, core) -> None:
