@@ -278,7 +278,7 @@ class CallbackModule(CallbackBase):
             if secret is not None:
                 # the delete bcd_join_token does; a Secret holding another run's token is left
                 try:
-                    deleted, _ = delete_secret(s.kube, s.inv, secret=secret, token_id=token["id"] if token else None)
+                    deleted = delete_secret(s.kube, s.inv, secret=secret, token_id=token["id"] if token else None)[0]
                     if deleted:
                         done.append(f"Secret {where} deleted")
                         if host in self._tokens:
