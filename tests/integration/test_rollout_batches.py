@@ -4,9 +4,8 @@ the batch's size, then OnDelete once it has replaced the batch's pods), against 
 With ``bcd_rollout_canary: 0`` the first stage is a batch, so a digest whose pods never turn
 Ready (``dead...``: sandbox/kwok/kwok.yaml) fails a batch the controller picked: the rollout
 stops at that stage naming its nodes, no further batch starts (the strategy is OnDelete), and
-the rollback restores the previous image on the rolled nodes. With ``bcd_rollout_soak: 0`` each
-stage still has the planned size. They run in file order on one adopted cluster (3 GPU nodes by
-default: batches of 2 and 1).
+the rollback restores the previous image on the rolled nodes. They run in file order on one
+adopted cluster (3 GPU nodes by default: batches of 2 and 1).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from tests.helpers import run_playbook
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
 REPO = "registry.example.com/better-compute/bcd"
-GOOD = [f"{REPO}:0.5.0@sha256:{'e5' * 32}", f"{REPO}:0.6.0@sha256:{'f6' * 32}"]
+GOOD = f"{REPO}:0.6.0@sha256:{'f6' * 32}"
 DEAD = f"{REPO}:0.9.1@sha256:dead{'1b' * 30}"  # runs, never turns Ready
 # no canary: the first stage is a batch of 2 (of 3 nodes), the DaemonSet controller's
 BATCHES = ("-e", "bcd_rollout_canary=0", "-e", "bcd_rollout_max_unavailable=2")
@@ -90,25 +89,6 @@ def test_a_failed_batch_stops_there_naming_its_nodes_and_is_rolled_back(sandbox,
     assert ds["spec"]["updateStrategy"] == strategy, "the render's own strategy again"
 
 
-def test_with_soak_0_every_stage_has_its_planned_size(sandbox, tmp_path):
-    """minReadySeconds 0: a new pod counts available as soon as it is Ready, so the controller
-    would start on the next batch before OnDelete lands; the rollout keeps minReadySeconds at 5 s
-    while a batch rolls, and starts a batch once the previous stage's pods have been Ready 5 s."""
-    nodes = sandbox.gpu_node_names()
-    run, summary = rollout(tmp_path, "soak0", "-e", f"bcd_image={GOOD[0]}", "-e", "bcd_rollout_soak=0",
-                           "-e", "bcd_rollout_max_unavailable=1")
-    assert run.returncode == 0, run.stdout[-4000:]
-    assert summary["result"] == "succeeded"
-    stages = summary["stages"]
-    assert [s["name"] for s in stages] == ["canary"] + [f"batch {i + 1}" for i in range(len(nodes) - 1)]
-    assert [(s["size"], len(s["nodes"])) for s in stages] == [(1, 1)] * len(nodes), stages
-    assert not any("planned_size" in s for s in stages)
-    assert not [n for n in summary["notes"] if "planned" in n], summary["notes"]
-    assert sorted(n for s in stages for n in s["nodes"]) == sorted(nodes)
-    assert {n: image(p) for n, p in pods(sandbox).items()} == dict.fromkeys(nodes, GOOD[0])
-    assert daemonset(sandbox)["spec"].get("minReadySeconds", 0) == 0, "the render's minReadySeconds again"
-
-
 def test_without_rollback_a_failed_batch_leaves_ondelete_and_no_other_pod_rolls(sandbox, tmp_path):
     nodes = sandbox.gpu_node_names()
     before = pods(sandbox)
@@ -131,7 +111,7 @@ def test_without_rollback_a_failed_batch_leaves_ondelete_and_no_other_pod_rolls(
         assert image(after[node]) == DEAD and not ready(after[node])
 
     # recovery: a good digest, forced (the fleet is unhealthy), every node back to Ready
-    forced = run_playbook("rollout.yml", "-e", f"bcd_image={GOOD[1]}", "-e", "bcd_rollout_force=true",
+    forced = run_playbook("rollout.yml", "-e", f"bcd_image={GOOD}", "-e", "bcd_rollout_force=true",
                           "-e", "bcd_rollout_max_unavailable=100%")
     assert forced.returncode == 0, forced.stdout[-4000:]
-    assert {n: (image(p), ready(p)) for n, p in pods(sandbox).items()} == {n: (GOOD[1], True) for n in nodes}
+    assert {n: (image(p), ready(p)) for n, p in pods(sandbox).items()} == {n: (GOOD, True) for n in nodes}
