@@ -90,6 +90,9 @@ GATE_FIRST_SAY = 10.0
 GATE_SAY_EVERY = 25.0
 # Seconds a watch follows the DaemonSet and its pods at most (stopped when the run ends).
 FOLLOW_FOR = 24 * 3600.0
+# Seconds one of the rollout's watch requests lasts (the server then ends it and the next one
+# starts): a rollout follows four lists for minutes, so a longer watch is fewer requests.
+FOLLOW_WATCH = 600
 FAILED_IN_MSG = 3  # failed nodes named with their reason in the failure message
 # Seconds of minReadySeconds at least while the DaemonSet controller rolls a stage: the time there
 # is to set OnDelete once it has deleted the stage's pods, before a new pod turns available and it
@@ -149,6 +152,9 @@ class Rollout:
         self.follow_ds: Follow | None = None
         # the DaemonSet's FailedCreate events: a pod the API server refuses never exists
         self.follow_events: Follow | None = None
+        # the selected Nodes, followed the same way (their own event: a Node's heartbeat does not
+        # wake the gate; each full check reads them), so a check lists no Node
+        self.follow_nodes: Follow | None = None
         self.events_since: str | None = None  # when the stage (or the rollback) began: older events are stale
         self.standing = Standing()
         self.selected_count: int | None = None
@@ -202,33 +208,47 @@ class Rollout:
         return pods_by_node(items, ds["metadata"]["uid"])
 
     def follow(self, ds: dict) -> None:
-        """List the DaemonSet and its pods once and follow both by a watch until :meth:`unfollow`."""
+        """List the DaemonSet, its pods, its FailedCreate events and the selected Nodes once, and
+        follow each by a watch until :meth:`unfollow`."""
         labels = (ds.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
         until = time.monotonic() + FOLLOW_FOR
         self.follow_ds = Follow(self.kube, path("daemonsets", namespace=self.ns), {"fieldSelector": f"metadata.name={self.name}"},
-                                changed=self.changed).start(until)
+                                changed=self.changed)
         self.follow_pods = Follow(self.kube, path("pods", namespace=self.ns), {"labelSelector": selector(labels) or None},
                                   keep=slim_pod, changed=self.changed)
         self.follow_pods.first_version = self.p.get("watch_from")
-        self.follow_pods.start(until)
         self.follow_events = Follow(self.kube, path("events", namespace=self.ns), events_query(ds["metadata"]["uid"]),
-                                    changed=self.changed).start(until)
+                                    changed=self.changed)
+        self.follow_nodes = Follow(self.kube, path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None},
+                                   keep=slim_node)
+        for f in self.follows():
+            f.watch_max = FOLLOW_WATCH
+            f.start(until)
 
     def unfollow(self) -> None:
-        for f in (self.follow_ds, self.follow_pods, self.follow_events):
-            if f is not None:
-                f.stop()
+        for f in self.follows():
+            f.stop()
+
+    def follows(self) -> list[Follow]:
+        return [f for f in (self.follow_ds, self.follow_pods, self.follow_events, self.follow_nodes) if f is not None]
 
     def watched(self) -> dict:
         """What the watches did: lists, relists (after 410 Gone or a dropped watch), watch requests, events."""
-        fs = [f for f in (self.follow_ds, self.follow_pods, self.follow_events) if f is not None]
+        fs = self.follows()
         return {"lists": sum(f.lists for f in fs), "relists": sum(f.relists for f in fs),
                 "watches": sum(f.watches for f in fs), "events": sum(f.events for f in fs),
                 "pod_lists": self.follow_pods.lists if self.follow_pods else 0,
                 "pod_relists": self.follow_pods.relists if self.follow_pods else 0}
 
     def selected(self) -> dict[str, dict]:
-        nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)
+        """Node name -> the selected Node: from the watch once :meth:`follow` started it (a
+        :class:`KubeError` when the watch failed), else listed."""
+        if self.follow_nodes is not None:
+            self.follow_nodes.check()
+            nodes = list(self.follow_nodes.objects().values())
+        else:
+            nodes = self.kube.list(path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None},
+                                   keep=slim_node)
         return {n["metadata"]["name"]: n for n in nodes}
 
     def cp_nodes(self, names) -> dict[str, dict]:
@@ -649,8 +669,7 @@ class Rollout:
         """node -> why, for each of ``nodes`` whose Node is not Ready (or is gone): the pod's
         Ready alone lags the Node's by up to the node monitor's grace period."""
         try:
-            listed = {n["metadata"]["name"]: n for n in self.kube.list(
-                path("nodes"), {"labelSelector": selector(self.inv.bcd_node_selector) or None}, keep=slim_node)}
+            listed = self.selected()
         except KubeError as exc:
             return dict.fromkeys(nodes, f"cannot check: {exc}")
         out = {}
@@ -893,7 +912,9 @@ class Rollout:
     def rows(self, stage_of, start_images, failed, timings, result) -> list[dict]:
         why = {f["node"]: f["why"] for f in failed}
         try:
-            ds = self.daemonset()
+            # as the watches saw them, when they follow (no request), else read
+            ds = (next(iter(self.follow_ds.objects().values()), None) if self.follow_ds is not None
+                  and self.follow_ds.error is None else self.daemonset())
             pods = self.pods(ds) if ds else {}
             nodes = self.selected()
             cpn = self.cp_nodes(nodes)

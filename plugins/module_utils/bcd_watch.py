@@ -56,6 +56,7 @@ class Follow:
         self.version: str | None = None
         self.lists = self.relists = self.watches = self.events = 0
         self.first_version: str | None = None  # test hook: the first watch starts here, not at the list
+        self.watch_max = WATCH_MAX  # seconds one watch request lasts at most (a long follow may ask more)
         self._items: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -135,7 +136,7 @@ class Follow:
                 if left <= 0.5:
                     return
                 try:
-                    self._watch(min(left, WATCH_MAX))
+                    self._watch(min(left, self.watch_max))
                 except Gone:
                     self.relists += 1
                     self._list()

@@ -193,9 +193,10 @@ EXAMPLES = r"""
 RETURN = r"""
 watch:
   description:
-    - With C(state=run), what the watches of the DaemonSet, its pods and its FailedCreate events did - C(lists), C(relists)
-      (after C(410 Gone) or a dropped watch), C(watches) (watch requests), C(events) (changes
-      seen), C(pod_lists) and C(pod_relists) (the pods' alone).
+    - With C(state=run), what the watches of the DaemonSet, its pods, its FailedCreate events and
+      the selected Nodes did - C(lists), C(relists) (after C(410 Gone) or a dropped watch),
+      C(watches) (watch requests), C(events) (changes seen), C(pod_lists) and C(pod_relists)
+      (the pods' alone).
   returned: when O(state=run) got past its first reads
   type: dict
 summary:
