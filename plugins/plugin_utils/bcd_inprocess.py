@@ -50,7 +50,8 @@ PROFILE = "legacy"
 # What modules these module_utils import: loaded once in the parent (preload), shared by the
 # forked workers, so no module run imports pydantic or the model again.
 PRELOAD = ("ansible.module_utils.basic",
-           "ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module")
+           "ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module",
+           "kubernetes.config", "kubernetes.client.api_client", "kubernetes.client.configuration")
 LOCAL_TRANSPORTS = frozenset({"local", "ansible.builtin.local", "ansible.legacy.local"})
 
 
