@@ -181,7 +181,7 @@ def test_a_users_play_without_module_defaults_runs_our_roles(sandbox, installed,
     sandbox_vars["sandbox_dir"] = str(sandbox.dir)
     (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
     (user / "site.yml").write_text(NO_DEFAULTS)
-    assert "module_defaults" not in NO_DEFAULTS
+    assert "module_defaults:" not in NO_DEFAULTS
 
     env = user_env(installed, tmp_path / "ansible-home")
     env.pop("BETTER_COMPUTE_API_KEY", None)
