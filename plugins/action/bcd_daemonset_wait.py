@@ -12,7 +12,7 @@ counts change and at least every ``PROGRESS_EVERY`` seconds, and hands each run 
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import BcdAction
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import (
     Progress,
     Step,
@@ -22,9 +22,7 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
 FIRST_SLICE = 20.0  # seconds
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(BcdAction):
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)

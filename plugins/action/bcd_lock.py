@@ -9,7 +9,7 @@ limit and the variable that sets it (``wait_set_by``). The module fails by itsel
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import BcdAction
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import (
     Progress,
     Step,
@@ -17,9 +17,7 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import
 )
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(BcdAction):
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)

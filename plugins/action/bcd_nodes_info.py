@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import BcdAction
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_progress import (
     PROGRESS_EVERY,
     Progress,
@@ -47,9 +47,7 @@ def token_fix(reasons) -> str | None:
     return "Fix: " + "; ".join(fixes) + "; then run again (the next run mints a new token for the nodes left)."
 
 
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(BcdAction):
 
     def _poll(self, args: dict, task_vars: dict, diagnose: bool, poll_for: float = 0, interval: float = 2) -> dict:
         with RetryWatch(task_vars.get("inventory_hostname", "")):

@@ -37,6 +37,7 @@ requirements:
 from ansible import constants as C
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import preload
 
 # a repeat shorter than this is not worth a reference (a word, "failed")
 _MIN_REPEAT = 40
@@ -55,6 +56,9 @@ class CallbackModule(DefaultCallback):
         super().__init__()
         self._show_ok = False
         self._failures: dict[str, list[str]] = {}
+        # our modules run in the forked workers (plugin_utils/bcd_inprocess.py): what they import
+        # is loaded here, once, before the first fork
+        preload()
 
     def get_option(self, k):
         # an ok result with something to say prints as the default callback prints it with

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ansible import constants as C
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import BcdAction
 
 display = Display()
 MACHINE_READABLE_CALLBACKS = ("json", "jsonl", "ansible.posix.json", "ansible.posix.jsonl")
@@ -236,13 +236,9 @@ class RetryWatch:
                 self._said, self._told = now, True
 
 
-class RetryReportingAction(ActionBase):
+class RetryReportingAction(BcdAction):
     """An action plugin that runs its module (``MODULE``) once, printing its control-plane retries
-    (:class:`RetryWatch`)."""
-
-    MODULE = ""
-    _supports_check_mode = True
-    _supports_async = False
+    (:class:`RetryWatch`); in the worker process where that is safe (plugin_utils/bcd_inprocess.py)."""
 
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)

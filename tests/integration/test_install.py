@@ -137,3 +137,61 @@ def test_ansible_doc_finds_the_modules_by_fqcn(installed, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "bcd.kubernetes.bcd_nodes_info" in run.stdout
     assert str(installed) in run.stdout  # from the installed collection, not this checkout
+
+
+NO_DEFAULTS = """
+- name: A user's play that includes our roles and calls our modules without module_defaults
+  hosts: clusters
+  gather_facts: false
+  connection: local
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    ansible_pipelining: true
+  tasks:
+    - name: Render with the role (config comes from the inventory, as the lookup gives it)
+      ansible.builtin.include_role:
+        name: bcd.kubernetes.bcd_daemonset
+        tasks_from: render
+      vars:
+        bcd_daemonset_required: [bcd_control_plane_url, bcd_tenant, bcd_pool]
+
+    - name: Preflight with the role (the control plane is reached with bcd_api_key)
+      ansible.builtin.include_role:
+        name: bcd.kubernetes.bcd_daemonset
+        tasks_from: preflight
+
+    - name: Which selected Nodes report to the control plane
+      bcd.kubernetes.bcd_nodes:
+      register: nodes
+""" + CHECK
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("unadopted")
+def test_a_users_play_without_module_defaults_runs_our_roles(sandbox, installed, tmp_path):
+    """Our role tasks pass neither config nor api_key: without the play's module_defaults for
+    group/bcd.kubernetes.bcd, each module takes config from lookup('bcd.kubernetes.bcd_inventory')
+    and api_key from bcd_api_key (its action plugin), and the key never shows."""
+    user = tmp_path / "my-ansible"
+    inventory = user / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(readme_inventory())
+    host = next(iter(yaml.safe_load(readme_inventory())["clusters"]["hosts"]))
+    sandbox_vars = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
+    sandbox_vars["sandbox_dir"] = str(sandbox.dir)
+    (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
+    (user / "site.yml").write_text(NO_DEFAULTS)
+    assert "module_defaults:" not in NO_DEFAULTS
+
+    env = user_env(installed, tmp_path / "ansible-home")
+    env.pop("BETTER_COMPUTE_API_KEY", None)
+    run = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "site.yml", "-vvv"], cwd=user,
+                         env=env, capture_output=True, text=True, timeout=900, check=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-5000:]
+    assert recap(run.stdout)[host]["failed"] == 0
+    n = len(gpu_nodes(sandbox))
+    # whatever an earlier test left adopted: the module reached the control plane with the key
+    assert re.search(rf"user play: \d+ of {n} selected Nodes report", out), out[-3000:]
+    key = yaml.safe_load((sandbox.dir / "control-plane.yml").read_text())["bcd_api_key"]
+    assert key not in out

@@ -1,0 +1,244 @@
+"""Run a module of the group ``bcd`` inside the controller's worker process, and fill ``config``.
+
+Our cluster-side modules run on the controller (``ansible_connection: local``) with the Python
+that runs ansible-playbook. Run as usual, each module run is a new Python that imports ansible,
+pydantic and our module_utils again: about 0.7 s of CPU, some 25 times an adoption. Run here, it
+is a function call in the worker process Ansible forks for the task, where ansible is loaded
+already (the pattern ansible.utils uses for ``validate`` and ``cli_parse``), and the model too
+when :func:`preload` ran in the parent before the fork (the collection's stdout callback does).
+
+What runs is the module's own ``main()`` and its own ``AnsibleModule``: the same argument
+validation and messages ("missing required arguments: run", "Unsupported parameters ..."), the
+same check mode and diff flags, the same masking of ``no_log`` values in all it returns
+(``remove_values``), the same ``fail_json`` results, the same warnings. Only the transport
+changes: the arguments are encoded and the result decoded with the serialization profile Ansible
+uses across the process boundary (so nothing controller-side leaks into the module, nor back),
+the result goes through ``ActionBase._parse_returned_data`` like a module's output does, and
+``ansible.module_utils`` behaves as on a target while the module runs (a warning is returned in
+the result, not printed by the worker).
+
+The module runs as a separate process, as before, whenever running it here could differ:
+
+- the connection is not ``local`` (a task delegated to a GPU node over ssh);
+- privilege escalation (``become``): the module must run as another user;
+- an ``environment`` for the task, async, or an interpreter other than the controller's Python;
+- a module outside this collection.
+
+:class:`BcdAction` (base of every action plugin of the group) does both: ``_execute_module``
+chooses in-process or not, and ``run`` fills ``config`` from ``lookup('bcd.kubernetes.bcd_inventory')``
+(the task's own variables) when the task gives none, and ``api_key`` from ``bcd_api_key``, so a
+playbook that includes our roles works without ``module_defaults`` for ``group/bcd.kubernetes.bcd``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from collections.abc import Mapping
+
+from ansible.module_utils.common.json import Direction, get_module_decoder, get_module_encoder
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+COLLECTION = "bcd.kubernetes"
+# The serialization profile of our modules (ansible-core's default for a Python module).
+PROFILE = "legacy"
+# What modules these module_utils import: loaded once in the parent (preload), shared by the
+# forked workers, so no module run imports pydantic or the model again.
+PRELOAD = ("ansible.module_utils.basic",
+           "ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module",
+           "kubernetes.config", "kubernetes.client.api_client", "kubernetes.client.configuration")
+LOCAL_TRANSPORTS = frozenset({"local", "ansible.builtin.local", "ansible.legacy.local"})
+
+
+def preload() -> None:
+    """Import what our modules import, in the process that forks the workers (the stdout
+    callback's start): each worker then finds it loaded. Never fails the run."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a module run reports the same error, in its task
+            display.vvv(f"bcd: could not preload {name}: {exc}")
+
+
+def _same_python(interpreter: object) -> bool:
+    if interpreter in (None, "") or (isinstance(interpreter, str) and interpreter.startswith("auto")):
+        return True
+    if not isinstance(interpreter, str):
+        return False
+    try:
+        return os.path.realpath(interpreter) == os.path.realpath(sys.executable)
+    except OSError:
+        return False
+
+
+def _transport(action: ActionBase) -> str | None:
+    return getattr(action._connection, "transport", None) or getattr(action._connection, "_load_name", None)
+
+
+def fallback_reason(action: ActionBase, module_name: str, task_vars: Mapping, wrap_async: bool = False) -> str | None:
+    """Why ``module_name`` must run as a separate process for this task, or None (it runs here)."""
+    if not module_name.startswith(COLLECTION + "."):
+        return f"{module_name} is not a module of {COLLECTION}"
+    transport = _transport(action)
+    if transport not in LOCAL_TRANSPORTS:
+        return f"the connection is {transport}, not local"
+    if action._play_context.become:
+        return "the task uses become"
+    if wrap_async or action._task.async_val:
+        return "the task is async"
+    environment: dict = {}
+    action._compute_environment_string(environment)
+    if environment:
+        return "the task sets an environment"
+    host_vars = task_vars
+    if action._task.delegate_to:
+        host_vars = (task_vars.get("ansible_delegated_vars") or {}).get(action._task.delegate_to) or {}
+    interpreter = host_vars.get("ansible_python_interpreter")
+    if interpreter is not None:
+        try:
+            interpreter = action._templar.template(interpreter)
+        except Exception:  # noqa: BLE001 - not templatable here: let Ansible's own module run say why
+            return "ansible_python_interpreter cannot be resolved here"
+    if not _same_python(interpreter):
+        return f"ansible_python_interpreter is {interpreter}, not the controller's Python"
+    return None
+
+
+def _module_python_name(action: ActionBase, module_name: str) -> str | None:
+    """The Python module of ``module_name`` (routing followed: a renamed module runs under its new
+    name), or None when it is not a module of this collection."""
+    ctx = action._shared_loader_obj.module_loader.find_plugin_with_context(module_name, collection_list=action._task.collections)
+    fqcn = ctx.resolved_fqcn if ctx.resolved else None
+    if not fqcn or not fqcn.startswith(COLLECTION + "."):
+        return None
+    return f"ansible_collections.{COLLECTION}.plugins.modules.{fqcn.rsplit('.', 1)[1]}"
+
+
+def run_module_here(python_name: str, module_args: dict) -> tuple[str, int]:
+    """Run the module ``python_name``'s ``main()`` with ``module_args`` (the arguments Ansible
+    would send it, ``_ansible_*`` included) in this process; return what it would have printed
+    (its JSON result) and its exit status."""
+    from ansible.module_utils import _internal, basic
+    from ansible.module_utils._internal import _ansiballz  # noqa: F401 - the loader below needs it loaded
+    from ansible.module_utils._internal._ansiballz import _loader
+    from ansible.module_utils.common import warnings
+
+    payload = json.dumps({"ANSIBLE_MODULE_ARGS": module_args}, cls=get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE))
+    printed: list[str] = []
+
+    def record(_module, result: dict) -> None:  # AnsibleModule's own hook for in-worker execution
+        printed.append(json.dumps(result, cls=get_module_encoder(PROFILE, Direction.MODULE_TO_CONTROLLER)))
+
+    saved = (basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE, basic.AnsibleModule._record_module_result, _internal.is_controller)
+    warnings._global_warnings.clear()
+    warnings._global_deprecations.clear()
+    basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE = payload.encode(), PROFILE
+    basic.AnsibleModule._record_module_result = record
+    _internal.is_controller = False  # warnings go into the result, as on a target
+    status = 0
+    try:
+        module = importlib.import_module(python_name)
+        module.main()
+        raise RuntimeError("New-style module did not handle its own exit.")
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - reported as the AnsiballZ wrapper does for a module process
+        printed[:] = []
+        _capture_exit(_loader._handle_exception, exc, printed)
+        status = 1
+    finally:
+        basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE, basic.AnsibleModule._record_module_result, _internal.is_controller = saved
+        basic._PARSED_MODULE_ARGS = None
+        warnings._global_warnings.clear()
+        warnings._global_deprecations.clear()
+    return "\n".join(printed), status
+
+
+def _capture_exit(handler, exc: Exception, printed: list[str]) -> None:
+    """Run the AnsiballZ wrapper's exception handler, keeping what it prints."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            handler(exc, PROFILE)
+        except SystemExit:
+            pass
+    printed.append(out.getvalue())
+
+
+class BcdAction(ActionBase):
+    """Base of the action plugins of the group ``bcd``: a module run is in-process where that is
+    safe (:func:`fallback_reason`); ``config`` (and ``api_key``) come from the inventory when the
+    task gives none. ``MODULE``: the module a plain ``run`` executes once."""
+
+    MODULE = ""
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        self._fill_defaults(task_vars or {})
+        if type(self).run is not BcdAction.run:  # a subclass (a poll, a retry watch) runs the module itself
+            return result
+        return self._execute_module(module_name=self.MODULE or None, module_args=dict(self._task.args), task_vars=task_vars)
+
+    def _fill_defaults(self, task_vars: Mapping) -> None:
+        """``config`` from ``lookup('bcd.kubernetes.bcd_inventory')`` with the task's variables, when
+        the task (or its play's module_defaults) gives none; ``api_key`` from ``bcd_api_key``
+        likewise. Only for a module run on the controller: a task delegated to a GPU node gets
+        neither the inventory nor the key."""
+        if not self._on_controller() or not self._wants_inventory(self._task.args):
+            return
+        args = self._task.args
+        if args.get("config") is None:
+            lookup = self._shared_loader_obj.lookup_loader.get(f"{COLLECTION}.bcd_inventory", loader=self._loader,
+                                                               templar=self._templar)
+            args["config"] = lookup.run([], variables=dict(task_vars))[0]
+        if args.get("api_key") is None and task_vars.get("bcd_api_key") is not None:
+            key = self._templar.template(task_vars["bcd_api_key"])
+            if key not in (None, ""):
+                args["api_key"] = key
+
+    def _on_controller(self) -> bool:
+        return _transport(self) in LOCAL_TRANSPORTS
+
+    def _wants_inventory(self, args: Mapping) -> bool:
+        """Whether this module run takes the inventory (a node-side scope does not)."""
+        return True
+
+    def _execute_module(self, module_name=None, module_args=None, tmp=None, task_vars=None, persist_files=False,
+                        delete_remote_tmp=None, wrap_async=False, ignore_unknown_opts: bool = False):
+        module_name = module_name or self.MODULE or self._task.action
+        task_vars = task_vars if task_vars is not None else {}
+        reason = fallback_reason(self, module_name, task_vars, wrap_async)
+        python_name = None if reason else _module_python_name(self, module_name)
+        if python_name is None:
+            display.vvv(f"bcd: running {module_name} as a separate process: {reason or 'not a module of ' + COLLECTION}",
+                        host=task_vars.get("inventory_hostname"))
+            return super()._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars,
+                                           persist_files=persist_files, wrap_async=wrap_async,
+                                           ignore_unknown_opts=ignore_unknown_opts)
+        module_args = dict(self._task.args if module_args is None else module_args)
+        self._update_module_args(module_name, module_args, task_vars, ignore_unknown_opts=ignore_unknown_opts)
+        display.vvv(f"bcd: running {module_name} in the worker process ({python_name})",
+                    host=task_vars.get("inventory_hostname"))
+        stdout, status = run_module_here(python_name, module_args)
+        self._used_interpreter = None
+        data = self._parse_returned_data({"rc": status, "stdout": stdout, "stderr": ""}, PROFILE)
+        data.pop("_ansible_suppress_tmpdir_delete", None)
+        from ansible.vars.clean import remove_internal_keys
+
+        remove_internal_keys(data)
+        return data
+
+
+def decode(text: str) -> dict:
+    """A module's printed result as the controller reads it (for tests)."""
+    return json.loads(text, cls=get_module_decoder(PROFILE, Direction.MODULE_TO_CONTROLLER))

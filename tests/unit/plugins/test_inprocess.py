@@ -1,0 +1,121 @@
+"""The in-process runner (plugin_utils/bcd_inprocess.py): a module run in the worker process returns
+what the same module returns as a process (AnsibleModule's own validation, no_log masking, check
+mode, diff, fail_json), and a task falls back to a module process where running here could differ."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import decode, run_module_here
+
+from tests.helpers import run_playbook
+
+MODULE = "tests.unit.plugins.inprocess_module"
+SECRET = "s3cr3t-value-0123456789"
+
+
+def run(args: dict, check_mode: bool = False, diff: bool = False) -> tuple[int, dict]:
+    internal = {"_ansible_check_mode": check_mode, "_ansible_diff": diff, "_ansible_no_log": False,
+                "_ansible_module_name": "inprocess_module", "_ansible_verbosity": 0, "_ansible_debug": False,
+                "_ansible_tracebacks_for": []}
+    text, status = run_module_here(MODULE, {**args, **internal})
+    return status, decode(text)
+
+
+def test_a_no_log_value_is_masked_everywhere_it_appears():
+    status, res = run({"name": "a", "secret": SECRET}, diff=True)
+    assert status == 0
+    assert SECRET not in json.dumps(res, default=str)
+    assert res["msg"] == "a x1 with ********"
+    assert res["diff"]["after"] == "key: ********"
+    assert res["invocation"]["module_args"]["secret"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+
+
+def test_check_mode_and_diff_reach_the_module():
+    status, res = run({"name": "a"}, check_mode=True, diff=True)
+    assert status == 0 and res["check_mode"] is True and res["diff_mode"] is True and res["changed"] is False
+    status, res = run({"name": "a"})
+    assert res["check_mode"] is False and res["diff_mode"] is False and res["changed"] is True
+
+
+def test_a_failure_keeps_the_modules_message_masked():
+    status, res = run({"name": "fail", "secret": SECRET})
+    assert status == 1
+    assert res["failed"] is True and res["msg"] == "cannot do it with ********" and res["node"] == "n1"
+    assert SECRET not in json.dumps(res, default=str)
+
+
+def test_argument_errors_name_the_option():
+    status, res = run({"count": 2})
+    assert status == 1 and res["failed"] is True and res["msg"] == "missing required arguments: name"
+    status, res = run({"name": "a", "count": "many"})
+    assert status == 1 and "count" in res["msg"] and "int" in res["msg"]
+    status, res = run({"name": "a", "bogus": 1})
+    assert status == 1 and res["msg"].startswith("Unsupported parameters for (inprocess_module) module: bogus.")
+
+
+def test_a_warning_is_returned_in_the_result_and_does_not_carry_over():
+    status, res = run({"name": "warn"})
+    assert status == 0 and [w.event.msg for w in res["warnings"]] == ["a warning from the module"]
+    status, res = run({"name": "a"})
+    assert "warnings" not in res
+
+
+def test_an_unexpected_exception_is_a_failed_result_not_a_crash():
+    status, res = run({"name": "boom", "crash": True})
+    assert status == 1 and res["failed"] is True
+    assert "an unexpected error in boom" in json.dumps(res, default=str)
+
+
+PLAY = """
+- name: In-process and as a process, the same answers
+  hosts: localhost
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: In the worker process - a missing option
+      bcd.kubernetes.bcd_lock: {namespace: ns, name: lock}
+      register: here
+      ignore_errors: true
+    - name: As a process (a task environment falls back) - a missing option
+      bcd.kubernetes.bcd_lock: {namespace: ns, name: lock}
+      environment: {BCD_TEST: "1"}
+      register: there
+      ignore_errors: true
+    - name: In the worker process - invalid inventory, a secret given as the key
+      bcd.kubernetes.bcd_manifests:
+        config: {bcd_typo: 1}
+        api_key: "%(secret)s"
+        template: /nonexistent
+      register: here_config
+      ignore_errors: true
+    - name: As a process - invalid inventory, a secret given as the key
+      bcd.kubernetes.bcd_manifests:
+        config: {bcd_typo: 1}
+        api_key: "%(secret)s"
+        template: /nonexistent
+      environment: {BCD_TEST: "1"}
+      register: there_config
+      ignore_errors: true
+    - name: Compare
+      ansible.builtin.assert:
+        that:
+          - here.failed and there.failed
+          - here.msg == there.msg
+          - "here.msg == 'missing required arguments: run'"
+          - here_config.msg == there_config.msg
+          - here_config.errors == there_config.errors
+        quiet: true
+"""
+
+
+def test_a_task_runs_in_process_on_the_controller_and_as_a_process_elsewhere(tmp_path):
+    book = tmp_path / "parity.yml"
+    book.write_text(PLAY % {"secret": SECRET})
+    done = run_playbook(str(book), "-i", "localhost,", "-c", "local", "-vvvv")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert out.count("in the worker process") == 2, out[-4000:]
+    assert out.count("as a separate process: the task sets an environment") == 2
+    assert SECRET not in out
