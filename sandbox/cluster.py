@@ -529,13 +529,22 @@ def create_nodes(sdir: Path, names: list[str], workers: int = 16) -> list[str]:
 
 
 def list_nodes(sdir: Path) -> list[dict]:
-    """Every node of the sandbox that KWOK simulates, as dicts (name, labels, ready, ...)."""
+    """Every node of the sandbox that KWOK simulates, as dicts (name, labels, ready, ...).
+
+    Read 500 a page: 5,000 Nodes in one response (15 MB) broke off mid-way on a loaded API server."""
     from kubernetes import client
 
-    api = api_client(sdir)
-    with api:
-        resp = client.CoreV1Api(api).list_node(label_selector=KWOK_SELECTOR, _preload_content=False)
-        items = json.loads(resp.data)["items"]
+    items, token = [], None
+    with api_client(sdir) as api:
+        core = client.CoreV1Api(api)
+        while True:
+            resp = core.list_node(label_selector=KWOK_SELECTOR, limit=500, _preload_content=False,
+                                  **({"_continue": token} if token else {}))
+            doc = json.loads(resp.data)
+            items.extend(doc["items"])
+            token = doc["metadata"].get("continue")
+            if not token:
+                break
     out = []
     for item in items:
         conds = {c["type"]: c["status"] for c in item.get("status", {}).get("conditions") or []}
@@ -545,13 +554,26 @@ def list_nodes(sdir: Path) -> list[dict]:
     return out
 
 
+def _transient(exc) -> bool:
+    """An API error worth asking again after: the server timed out, is throttling or starting."""
+    return exc.status in (429, 500, 502, 503, 504)
+
+
 def wait_nodes_ready(sdir: Path, names: list[str], timeout: float | None = None) -> None:
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import ProtocolError
+
     timeout = timeout or 60 + 0.2 * len(names)
     wanted = set(names)
     deadline = time.monotonic() + timeout
     while True:
         proc.ensure_running(sdir, "kwok")
-        ready = {n["name"] for n in list_nodes(sdir) if n["ready"]}
+        try:
+            ready = {n["name"] for n in list_nodes(sdir) if n["ready"]}
+        except (ApiException, ProtocolError) as exc:
+            if isinstance(exc, ApiException) and not _transient(exc):
+                raise
+            ready = set()  # a starved API server: ask again
         if wanted <= ready:
             return
         if time.monotonic() > deadline:
@@ -559,7 +581,7 @@ def wait_nodes_ready(sdir: Path, names: list[str], timeout: float | None = None)
             raise proc.StartError(
                 f"sandbox: {len(missing)} node(s) not Ready after {int(timeout)}s: {', '.join(missing[:10])}; "
                 f"the end of {sdir / 'logs' / 'kwok.log'}:\n{proc.log_tail(sdir, 'kwok')}")
-        time.sleep(0.5)
+        time.sleep(min(5.0, max(0.5, len(wanted) / 1000)))  # each look reads every Node
 
 
 def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None = None) -> None:
@@ -569,6 +591,8 @@ def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None 
     may be missed for good, so ``up`` returns only after this.
     """
     from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import ProtocolError
 
     state = load_state(sdir) or {}
     # a loaded API server took ~10 lease writes a second: 590 s for 5,000 nodes' first renewals
@@ -578,8 +602,15 @@ def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None 
         coord = client.CoordinationV1Api(api)
         while True:
             proc.ensure_running(sdir, "kwok")
-            names = {n["name"] for n in list_nodes(sdir)}
-            leases = json.loads(coord.list_namespaced_lease("kube-node-lease", _preload_content=False).data)["items"]
+            try:
+                names = {n["name"] for n in list_nodes(sdir)}
+                leases = json.loads(coord.list_namespaced_lease("kube-node-lease", resource_version="0",
+                                                                _preload_content=False).data)["items"]
+            except (ApiException, ProtocolError) as exc:
+                if (isinstance(exc, ApiException) and not _transient(exc)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(2.0)  # a starved API server: ask again
+                continue
             renewed = {
                 item["metadata"]["name"] for item in leases
                 if item["spec"].get("renewTime")
@@ -591,7 +622,7 @@ def wait_kwok_ready(sdir: Path, since: datetime.datetime, timeout: float | None 
                 raise proc.StartError(
                     f"sandbox: kwok renewed no lease of {', '.join(sorted(names - renewed)[:10])} within {timeout}s;"
                     f" the end of {sdir / 'logs' / 'kwok.log'}:\n{proc.log_tail(sdir, 'kwok')}")
-            time.sleep(0.5)
+            time.sleep(min(5.0, max(0.5, len(names) / 1000)))
 
 
 def gpu_index(name: str) -> int:

@@ -41,9 +41,20 @@ kubectl get nodes ${BCD_SELECTOR:+-l "$BCD_SELECTOR"} -o json | jq -c '[.items[]
 want=$(jq length "$work/selected")
 echo "floor: $want selected node(s)"
 
+# kubectl apply reads /openapi/v2 to validate, with a 32 s limit a starved API server missed at
+# 5,000 nodes (load 16); a server-side apply is idempotent, so try again, at most 3 times
+apply() {
+  local i
+  for i in 1 2 3; do
+    kubectl apply --server-side --field-manager=bcd-floor "$@" >/dev/null && return 0
+    echo "floor: kubectl apply failed (try $i of 3)" >&2
+  done
+  return 1
+}
+
 # 2. Namespace, token, Secret
-jq '.items[] | select(.kind == "Namespace")' "$BCD_MANIFESTS" \
-  | kubectl apply --server-side --field-manager=bcd-floor -f - >/dev/null
+jq '.items[] | select(.kind == "Namespace")' "$BCD_MANIFESTS" > "$work/namespace.json"
+apply -f "$work/namespace.json"
 rpc joinTokens.create "$(jq -nc --arg t "$BCD_TENANT" --arg p "$BCD_POOL" --argjson n "$want" --arg k "floor-$$-$RANDOM" \
   '{tenant: $t, pool: $p, hosted: "kubernetes", maxUses: $n, ttlSeconds: 3600, key: $k, description: "bench floor"}')" \
   > "$work/minted"
@@ -60,7 +71,7 @@ kubectl -n "$ns" create secret generic "$BCD_SECRET_NAME" --from-file="$BCD_SECR
 rm -f "$work/token"
 
 # 3, 4. apply, wait for the rollout
-kubectl apply --server-side --field-manager=bcd-floor -f "$BCD_MANIFESTS" >/dev/null
+apply -f "$BCD_MANIFESTS"
 kubectl -n "$ns" rollout status "daemonset/$ds" --timeout="${TIMEOUT}s" >/dev/null
 
 # 5. poll nodes.list until every selected Node reports (adopting, ready or draining)

@@ -4,8 +4,9 @@ KWOK runs no container, so nothing would ever call the control plane; this threa
 ``bcd join --config <file> --token-file <file>`` does (control-plane-api.md, "What bcd itself
 does"; seed 000, Apply / Revoke the token / Trust), reading what the pod really mounts:
 
-* A **bcd pod** is a pod owned by a DaemonSet with an init container whose command line is
-  ``<...>/bcd join ...``. KWOK's stage ``pod-bcd-join-init`` (sandbox/kwok/kwok.yaml) holds it
+* A **bcd pod** is a pod labelled ``app.kubernetes.io/name=bcd`` (the only pods watched: the
+  other pods of a 5,000-node cluster would only cost the watch), owned by a DaemonSet, with an
+  init container whose command line is ``<...>/bcd join ...``. KWOK's stage ``pod-bcd-join-init`` (sandbox/kwok/kwok.yaml) holds it
   ``Pending`` with that container running; the simulator then plays the container as a kubelet
   shows it: admitted, the container exits 0 (``Completed``) and KWOK runs the pod and turns it
   Ready; refused, the container exits 1 with the reason as its termination message
@@ -66,6 +67,7 @@ import posixpath
 import threading
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sandbox.control_plane.config import Seed
@@ -84,9 +86,17 @@ USER_AGENT = "bcd-control-plane-emulator"
 # KWOK manages (and the simulator plays) only the Nodes with this annotation.
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 # A pod bound to a KWOK Node with no status after this many seconds is touched (annotation
-# NUDGE_ANNOTATION) so that KWOK plays it; again after twice as long, at most every 30 s.
+# NUDGE_ANNOTATION) so that KWOK plays it; again after twice as long, at most every 30 s. With
+# more than 50 such pods, 0.1 s more per pod.
 NUDGE_AFTER = 5.0
 NUDGE_ANNOTATION = "sandbox.bcd.dev/kwok-nudge"
+# The pods the simulator watches: bcd's DaemonSet pods carry this label (bcd_render's selector);
+# every other pod of the cluster would only cost the watch (5,000 nodes: megabytes a minute).
+POD_SELECTOR = "app.kubernetes.io/name=bcd"
+# Joins played at once, as the kubelets of that many Nodes run their join containers at once.
+WORKERS = 16
+# A watch request lasts this long (the API server ends it), then resumes from its last resourceVersion.
+WATCH_SECONDS = 240
 
 
 @dataclass
@@ -234,14 +244,15 @@ def config_problems(doc: dict, pki: Pki, seed: Seed, gateway_url: str, control_p
 
 
 class JoinSimulator:
-    """Watches the sandbox cluster's pods (one thread) and joins bcd pods (another thread)."""
+    """Watches bcd's pods (one thread), looks at them all after changes (a pass, another thread) and
+    plays the joins, exits, crash-loop steps and nudges a pass asks for on a pool of workers."""
 
     def __init__(self, kubeconfig: str, db_path, pki: Pki, seed: Seed, control_plane_url: str, gateway_url: str,
                  faults: Faults, reports=None):
         self.kubeconfig = str(kubeconfig)
         self.core = None  # made by the watch thread (importing the client is slow)
         self.db_path = db_path
-        self.store: Store | None = None
+        self._local = threading.local()  # one Store (SQLite connection) per thread
         self.pki = pki
         self.seed = seed
         self.control_plane_url = control_plane_url.rstrip("/")
@@ -260,6 +271,9 @@ class JoinSimulator:
         # uid -> (monotonic time first seen bound with no status, nudges so far, next nudge at)
         self.unplayed: dict[str, tuple[float, int, float]] = {}
         self.crashing: dict[str, Crash] = {}  # uid -> the crash loop played on that pod
+        # uids whose join, exit, crash-loop step or nudge a worker plays now (one at a time per pod)
+        self.busy: set[str] = set()
+        self.pool: ThreadPoolExecutor | None = None
         self.started = time.monotonic()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -268,7 +282,17 @@ class JoinSimulator:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    @property
+    def store(self) -> Store:
+        """This thread's Store: sqlite3 connections are not shared across threads; spending a token
+        is one BEGIN IMMEDIATE transaction (Store.spend_and_join), atomic across them."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.db_path)
+        return store
+
     def start(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="join")
         for name, target in (("pod-watch", self._watch), ("joiner", self._work)):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -277,53 +301,130 @@ class JoinSimulator:
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _play(self, uid: str, fn, *args) -> None:
+        """Run ``fn(*args)`` for pod ``uid`` on a worker, unless one plays that pod already (the
+        next pass looks again); inline when there is no pool (the unit tests)."""
+        if getattr(self, "pool", None) is None:
+            fn(*args)
+            return
+        with self.lock:
+            if uid in self.busy:
+                return
+            self.busy.add(uid)
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("join simulator: playing pod %s failed", uid)
+            finally:
+                with self.lock:
+                    self.busy.discard(uid)
+                self.wake.set()
+
+        try:
+            self.pool.submit(run)
+        except RuntimeError:  # shut down
+            with self.lock:
+                self.busy.discard(uid)
 
     # -- pod cache -------------------------------------------------------------------------------
 
-    def _watch(self) -> None:
-        from kubernetes import client, config, watch
+    def _client(self):
+        from kubernetes import client, config
 
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=self.kubeconfig, client_configuration=cfg)
+        cfg.connection_pool_maxsize = WORKERS + 4  # the workers, the pass and the watch at once
+        api = client.ApiClient(cfg)
+        # Its own User-Agent, so the audit log tells the emulator's requests from the
+        # playbooks' (make bench counts those).
+        api.user_agent = USER_AGENT
+        return client.CoreV1Api(api)
+
+    def _list(self) -> str:
+        """List bcd's pods, 500 a page (one response of 5,000 Nodes broke off mid-way, 15 MB in, on
+        a loaded API server); the cache becomes that list. Returns the list's resourceVersion."""
+        items, token = [], None
+        while True:
+            resp = self.core.list_pod_for_all_namespaces(label_selector=POD_SELECTOR, limit=500, _preload_content=False,
+                                                         _request_timeout=(10, 60),
+                                                         **({"_continue": token} if token else {}))
+            doc = json.loads(resp.data)
+            items.extend(doc.get("items") or [])
+            token = doc["metadata"].get("continue")
+            if not token:
+                break
+        with self.lock:
+            self.pods = {p["metadata"]["uid"]: p for p in items}
+        log.info("listed %d bcd pods (resourceVersion %s)", len(items), doc["metadata"]["resourceVersion"])
+        return doc["metadata"]["resourceVersion"]
+
+    def _watch(self) -> None:
+        """List bcd's pods once, then watch them from the last resourceVersion seen (bookmarks
+        move it too): a watch that ends or breaks resumes where it was; only an expired
+        resourceVersion (410 Gone) lists them again."""
+        from kubernetes.client.rest import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
+
+        rv = None
         while not self.stopping.is_set():
             try:
                 if self.core is None:
-                    api = config.new_client_from_config(config_file=self.kubeconfig)
-                    # Its own User-Agent, so the audit log tells the emulator's requests from the
-                    # playbooks' (make bench counts those).
-                    api.user_agent = USER_AGENT
-                    self.core = client.CoreV1Api(api)
-                resp = self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=30)
-                doc = json.loads(resp.data)
-                with self.lock:
-                    self.pods = {p["metadata"]["uid"]: p for p in doc.get("items") or []}
-                self.synced.set()
-                self.wake.set()
-                w = watch.Watch()
-                for event in w.stream(self.core.list_pod_for_all_namespaces, deserialize=False,
-                                      resource_version=doc["metadata"]["resourceVersion"], timeout_seconds=60,
-                                      allow_watch_bookmarks=True, _request_timeout=90):
-                    if self.stopping.is_set():
-                        w.stop()
-                        break
-                    kind, obj = event.get("type"), event.get("raw_object") or event.get("object") or {}
-                    if kind == "ERROR":
-                        break
-                    if kind not in ("ADDED", "MODIFIED", "DELETED"):
-                        continue
-                    uid = (obj.get("metadata") or {}).get("uid")
-                    with self.lock:
-                        if kind == "DELETED":
-                            self.pods.pop(uid, None)
-                        else:
-                            self.pods[uid] = obj
+                    self.core = self._client()
+                if rv is None:
+                    rv = self._list()
+                    self.synced.set()
                     self.wake.set()
-            except Exception as exc:  # noqa: BLE001 - the cluster may be down; keep trying
-                log.warning("watching pods failed (%s: %s); retrying in 2s", type(exc).__name__, exc)
+                resp = self.core.list_pod_for_all_namespaces(
+                    label_selector=POD_SELECTOR, watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                    timeout_seconds=WATCH_SECONDS, _preload_content=False, _request_timeout=(10, WATCH_SECONDS + 60))
+                try:
+                    for line in iter_resp_lines(resp):
+                        if self.stopping.is_set():
+                            break
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        kind, obj = event.get("type"), event.get("object") or {}
+                        if kind == "ERROR":
+                            if obj.get("code") == 410:
+                                log.info("pod watch: resourceVersion %s expired (410); listing again", rv)
+                                rv = None
+                            else:
+                                log.warning("pod watch: %s %s; resuming in 2s", obj.get("code"), obj.get("message"))
+                                self.stopping.wait(2.0)
+                            break
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                            continue  # BOOKMARK: only its resourceVersion
+                        uid = (obj.get("metadata") or {}).get("uid")
+                        with self.lock:
+                            if kind == "DELETED":
+                                self.pods.pop(uid, None)
+                            else:
+                                self.pods[uid] = obj
+                        self.wake.set()
+                finally:
+                    resp.close()
+                    resp.release_conn()
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("pod watch: resourceVersion %s expired (410); listing again", rv)
+                    rv = None
+                    continue
+                log.warning("watching pods failed (%s %s); retrying in 2s", exc.status, exc.reason)
+                self.stopping.wait(2.0)
+            except Exception as exc:  # noqa: BLE001 - a broken stream or the cluster down: resume from rv
+                log.warning("watching pods failed (%s: %s); resuming from %s in 2s", type(exc).__name__, exc, rv)
                 self.stopping.wait(2.0)
 
     # -- the work loop ---------------------------------------------------------------------------
 
     def _work(self) -> None:
-        self.store = Store(self.db_path)
         tick = min(1.0, self.seed.join_retry_seconds)
         while not self.stopping.is_set():
             self.wake.wait(timeout=tick)
@@ -332,11 +433,14 @@ class JoinSimulator:
                 break
             if not self.synced.is_set():
                 continue
+            t0 = time.monotonic()
             try:
                 self.reconcile()
             except Exception:
                 log.exception("join simulator pass failed")
-            self.stopping.wait(0.05)  # coalesce bursts of pod events
+            # coalesce bursts of pod events; a pass over thousands of pods takes a while, and
+            # passes back to back would take that CPU from the API server and KWOK
+            self.stopping.wait(max(0.05, min(2.0, 2 * (time.monotonic() - t0))))
 
     def reconcile(self) -> None:
         now = time.monotonic()
@@ -377,23 +481,37 @@ class JoinSimulator:
                     # running again): record the exit once more, as a kubelet's status would say
                     if state.get("running") and now - last.at > 2.0:
                         last.at = now
-                        self._exit(uid, pod, container, init, last, now)
+                        self._play(uid, self._exit_now, uid, pod, container, init, last)
                     continue
                 if now < due:
                     continue
                 if state.get("running") or waiting == "CrashLoopBackOff":
-                    self.attempt(uid, pod, container, now, init=init)
+                    self._play(uid, self._attempt_now, uid, pod, container, init)
                 continue
             if status.get("phase") != "Running":
                 continue
             with self.lock:
                 last = self.outcomes.get(uid)
             if last and last.ok:
-                self._crash_loop(uid, pod, now)
+                with self.lock:
+                    crashing = uid in self.crashing
+                if crashing or self.faults.crash_loop(spec["nodeName"]) is not None:
+                    self._play(uid, self._crash_loop_now, uid, pod)
             if last and (last.ok or now - last.at < self.seed.join_retry_seconds):
                 continue
-            self.attempt(uid, pod, container, now)
+            self._play(uid, self._attempt_now, uid, pod, container, None)
         self.report(pods, now)
+
+    # (a worker plays a pod some time after the pass that chose it: the back-offs and retry delays
+    # count from when the worker plays it, as a kubelet's count from the container's exit)
+    def _attempt_now(self, uid: str, pod: dict, container: dict, init: dict | None) -> None:
+        self.attempt(uid, pod, container, time.monotonic(), init=init)
+
+    def _exit_now(self, uid: str, pod: dict, container: dict, init: dict, outcome: Outcome) -> None:
+        self._exit(uid, pod, container, init, outcome, time.monotonic())
+
+    def _crash_loop_now(self, uid: str, pod: dict) -> None:
+        self._crash_loop(uid, pod, time.monotonic())
 
     def _nudge(self, uid: str, pod: dict, now: float) -> None:
         """Touch a pod bound to a KWOK Node that KWOK has left without any status for
@@ -408,34 +526,46 @@ class JoinSimulator:
             return
         if not self._kwok(spec["nodeName"]):
             return
-        first, count, due = self.unplayed.setdefault(uid, (now, 0, now + NUDGE_AFTER))
-        if now < due:
+        # with many pods waiting, KWOK's queue (not its bug) is why: 300 pods without a status at
+        # 5,000 nodes were touched after 5 s, each touch one more write for a starved API server
+        after = NUDGE_AFTER * max(1.0, len(self.unplayed) / 50)
+        first, count, due = self.unplayed.setdefault(uid, (now, 0, now + after))
+        if now < max(due, first + after):
             return
+        self._play(uid, self._touch, pod, count + 1, now - first)
+        self.unplayed[uid] = (first, count + 1, now + min(NUDGE_AFTER * 2 ** (count + 1), 30.0))
+
+    def _touch(self, pod: dict, count: int, waited: float) -> None:
         meta = pod["metadata"]
         try:
             self.core.patch_namespaced_pod(meta["name"], meta["namespace"],
-                                           {"metadata": {"annotations": {NUDGE_ANNOTATION: str(count + 1)}}})
+                                           {"metadata": {"annotations": {NUDGE_ANNOTATION: str(count)}}})
             log.warning("KWOK left pod %s/%s on Node %s without any status for %.0fs: touched it (%s=%d)",
-                        meta["namespace"], meta["name"], spec["nodeName"], now - first, NUDGE_ANNOTATION, count + 1)
+                        meta["namespace"], meta["name"], pod["spec"]["nodeName"], waited, NUDGE_ANNOTATION, count)
         except Exception as exc:  # noqa: BLE001 - gone or the cluster is down; the next pass looks again
             log.warning("touching pod %s/%s failed (%s: %s)", meta["namespace"], meta["name"], type(exc).__name__, exc)
-        self.unplayed[uid] = (first, count + 1, now + min(NUDGE_AFTER * 2 ** (count + 1), 30.0))
 
     def _kwok(self, node_name: str) -> bool:
         """Whether KWOK plays Node ``node_name``; Nodes are listed again (at most every 2 s) when
         one is new to us."""
         if node_name not in self.kwok_nodes and time.monotonic() - self.kwok_listed > 2.0:
             self.kwok_listed = time.monotonic()
+            key, value = KWOK_ANNOTATION
+            kwok, token = {}, None
             try:
-                # resourceVersion 0: served from the API server's watch cache (cheap at a thousand nodes)
-                nodes = json.loads(self.core.list_node(resource_version="0", _preload_content=False,
-                                                       _request_timeout=30).data)
+                # 500 a page: 5,000 Nodes in one response (15 MB) broke off mid-way on a loaded API server
+                while True:
+                    nodes = json.loads(self.core.list_node(limit=500, _preload_content=False, _request_timeout=(10, 60),
+                                                           **({"_continue": token} if token else {})).data)
+                    kwok.update({n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(key) == value
+                                 for n in nodes.get("items") or []})
+                    token = nodes["metadata"].get("continue")
+                    if not token:
+                        break
             except Exception as exc:  # noqa: BLE001 - the cluster may be down; the next pass asks again
                 log.warning("listing Nodes failed (%s: %s)", type(exc).__name__, exc)
                 return False
-            key, value = KWOK_ANNOTATION
-            self.kwok_nodes = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(key) == value
-                               for n in nodes.get("items") or []}
+            self.kwok_nodes = kwok
         return self.kwok_nodes.get(node_name, False)
 
     # -- crash loops (fault crashLoop) ------------------------------------------------------------

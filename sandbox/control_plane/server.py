@@ -7,8 +7,8 @@ ADDR`` (``$BCD_CP_LISTEN``, kept in state.json) it also listens on ``ADDR`` at t
 advertises ``ADDR`` in its URLs, and its server certificate names ``ADDR``: the kind test bed
 gives its network's gateway address, which pods on the kind nodes reach. The admin endpoint
 gets its own port the same way (``--admin-port`` / ``$BCD_CP_ADMIN_PORT``). Both servers run in
-one asyncio loop (uvicorn, h11); the join simulator runs in two threads when a kubeconfig is
-given. SIGTERM or SIGINT stop everything.
+one asyncio loop (uvicorn, h11); the join simulator runs in its own threads (a pod watch, a
+pass, a pool of workers) when a kubeconfig is given. SIGTERM or SIGINT stop everything.
 """
 
 from __future__ import annotations

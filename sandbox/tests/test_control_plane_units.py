@@ -328,3 +328,65 @@ def test_a_pod_kwok_left_without_status_is_touched_then_backed_off(tmp_path):
         sim._nudge("u2", pod, t0)
         sim._nudge("u2", pod, t0 + 60)
     assert len(sim.core.patches) == 2
+
+
+def test_a_pod_is_played_by_one_worker_at_a_time(tmp_path):
+    """Joins run on a pool of workers: a pass that asks again for a pod a worker still plays
+    is ignored (one join container per pod at a time); once played, the pod can be played again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandbox.control_plane import join
+
+    sim = join.JoinSimulator.__new__(join.JoinSimulator)
+    sim.lock, sim.busy, sim.wake = threading.RLock(), set(), threading.Event()
+    sim.pool = ThreadPoolExecutor(max_workers=4)
+    release, played = threading.Event(), []
+
+    def play(tag):
+        played.append(tag)
+        release.wait(10)
+
+    try:
+        sim._play("u1", play, "first")
+        sim._play("u1", play, "again while busy")
+        sim._play("u2", play, "another pod")
+        deadline = time.monotonic() + 10
+        while len(played) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(played) == ["another pod", "first"]
+        release.set()
+        while sim.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sim.busy == set() and sim.wake.is_set()
+        sim._play("u1", play, "after")
+        sim.pool.shutdown(wait=True)
+        assert sorted(played) == ["after", "another pod", "first"]
+    finally:
+        release.set()
+        sim.pool.shutdown(wait=True)
+
+
+def test_each_thread_has_its_own_store_and_spending_stays_exact(tmp_path):
+    """The workers' Stores are one SQLite connection per thread; a token with 5 uses spent by 16
+    threads at once joins exactly 5 nodes (the others: TokenExhausted)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandbox.control_plane import join
+
+    sim = join.JoinSimulator.__new__(join.JoinSimulator)
+    sim.db_path, sim._local = tmp_path / "cp.db", threading.local()
+    tok, _ = sim.store.create_token("root", "p", "kubernetes", 5, 60, "k", None)
+
+    stores = []
+    other = threading.Thread(target=lambda: stores.append(sim.store))
+    other.start()
+    other.join()
+    assert stores[0] is not sim.store and sim.store is sim.store
+
+    def spend(i):
+        return sim.store.spend_and_join(tok["id"], f"gpu-node-{i}", "site", "tenant-controlled")[1]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(spend, range(16)))
+    assert sorted(why or "joined" for why in results) == ["TokenExhausted"] * 11 + ["joined"] * 5
+    assert sim.store.token(tok["id"])["uses"] == 5
