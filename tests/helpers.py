@@ -188,3 +188,25 @@ def install_debian_packages(packages: list[str]) -> str | None:
     if run.returncode != 0:
         return f"apt-get install {names} failed: {(run.stdout + run.stderr)[-500:]}"
     return None
+
+
+# The bcd DaemonSet and its pods as kubectl shows them (rollout tests)
+def kget(sandbox, *args) -> dict:
+    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
+
+
+def daemonset(sandbox) -> dict:
+    return kget(sandbox, "daemonset", "-n", "bcd-system", "bcd")
+
+
+def pods(sandbox) -> dict[str, dict]:
+    items = kget(sandbox, "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd")["items"]
+    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def image(pod: dict) -> str:
+    return pod["spec"]["containers"][0]["image"]

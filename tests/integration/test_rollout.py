@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from tests.helpers import recap, run_playbook
+from tests.helpers import daemonset, image, kget, pods, ready, recap, run_playbook
 from tests.secrets_scan import find_in_text
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
@@ -28,27 +28,6 @@ DEAD = f"{REPO}:0.9.0@sha256:dead{'0f' * 30}"
 CRASH = f"{REPO}:0.8.0@sha256:fa11{'0e' * 30}"  # Ready, then crashes 2 s later: within the sandbox's 5 s soak
 LATE = f"{REPO}:0.8.1@sha256:1a7e{'0e' * 30}"  # Ready, then crashes 15 s later: after the sandbox's soak (kwok.yaml)
 LEASE = "bcd-ansible-lock"
-
-
-def kget(sandbox, *args) -> dict:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
-def daemonset(sandbox) -> dict:
-    return kget(sandbox, "daemonset", "-n", "bcd-system", "bcd")
-
-
-def pods(sandbox) -> dict[str, dict]:
-    items = kget(sandbox, "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd")["items"]
-    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
-
-
-def ready(pod: dict) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
-
-
-def image(pod: dict) -> str:
-    return pod["spec"]["containers"][0]["image"]
 
 
 def gpu_nodes(sandbox) -> list[str]:

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.helpers import run_playbook
+from tests.helpers import daemonset, image, pods, ready, run_playbook
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
@@ -23,27 +23,6 @@ GOOD = f"{REPO}:0.6.0@sha256:{'f6' * 32}"
 DEAD = f"{REPO}:0.9.1@sha256:dead{'1b' * 30}"  # runs, never turns Ready
 # no canary: the first stage is a batch of 2 (of 3 nodes), the DaemonSet controller's
 BATCHES = ("-e", "bcd_rollout_canary=0", "-e", "bcd_rollout_max_unavailable=2")
-
-
-def kget(sandbox, *args) -> dict:
-    return json.loads(sandbox.kubectl("get", *args, "-o", "json").stdout)
-
-
-def daemonset(sandbox) -> dict:
-    return kget(sandbox, "daemonset", "-n", "bcd-system", "bcd")
-
-
-def pods(sandbox) -> dict[str, dict]:
-    items = kget(sandbox, "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd")["items"]
-    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
-
-
-def ready(pod: dict) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
-
-
-def image(pod: dict) -> str:
-    return pod["spec"]["containers"][0]["image"]
 
 
 def rollout(tmp_path, name: str, *args: str):
