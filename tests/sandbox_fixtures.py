@@ -24,7 +24,9 @@ if str(ROOT / "collections") not in sys.path:
 
 @pytest.fixture(scope="session")
 def sandbox(request):
-    """The session's sandbox (``sandbox.api.Sandbox``): ``$SANDBOX_DIR``, else ``<repo>/.sandbox-test``.
+    """The session's sandbox (``sandbox.api.Sandbox``): ``$SANDBOX_DIR``, else ``<repo>/.sandbox-test``;
+    in a pytest-xdist worker (``make test`` runs the sandbox tests in two) that path with the
+    worker's name appended (``.sandbox-test-gw0``), so each worker has a cluster of its own.
 
     Brought up when it is not up (``SANDBOX_NODES`` GPU nodes, default 3; a sandbox with a stopped
     component is repaired) and brought down at the end only when this fixture created it. While it
@@ -34,6 +36,10 @@ def sandbox(request):
     from sandbox.api import Sandbox
 
     sdir = Path(os.environ.get("SANDBOX_DIR") or ROOT / ".sandbox-test")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        # tests change the whole cluster (adopt, unadopt, faults): workers never share one
+        sdir = sdir.with_name(f"{sdir.name}-{worker}")
     sb = Sandbox(sdir)
     created = sb.state_or_none() is None
     if created or not sb.is_up():

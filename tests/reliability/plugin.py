@@ -22,6 +22,7 @@ Loaded by ``tests/conftest.py`` (``pytest_plugins``).
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import subprocess
@@ -119,13 +120,17 @@ def pytest_sessionfinish(session):
     results = {k: v for k, v in results.items() if "scenario" in v}
     if not results or os.environ.get("BCD_RELIABILITY_DOC", "1") == "0":
         return
-    try:
-        data = json.loads(DATA.read_text()) if DATA.exists() else {}
-    except ValueError:
-        data = {}
-    data.update(results)
-    DATA.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    DOC.write_text(render(data))
+    # make test's sandbox tests run in several pytest-xdist workers, each ending its own session:
+    # each merges its results under a lock, so no worker's rows are lost to another's write
+    with (ROOT / "docs" / ".reliability.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = json.loads(DATA.read_text()) if DATA.exists() else {}
+        except ValueError:
+            data = {}
+        data.update(results)
+        DATA.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        DOC.write_text(render(data))
 
 
 def _figures(figures: dict) -> str:
