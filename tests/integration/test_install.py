@@ -125,7 +125,7 @@ def test_a_users_playbook_adopts_the_sandbox_by_fqcn(sandbox, cp, cpvars, instal
     nodes = {n["hostname"]: n for n in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
     assert gpu and all(nodes.get(name, {}).get("state") in ("adopting", "ready") for name in gpu), nodes
     mine = [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])
-            if t.get("description", "").startswith(f"bcd-ansible cluster={host} ")]
+            if (t.get("description") or "").startswith(f"bcd-ansible cluster={host} ")]
     assert mine and all(t["revokedAt"] for t in mine)
     assert core.list_namespaced_secret("bcd-system", field_selector="metadata.name=bcd-join").items == []
 
