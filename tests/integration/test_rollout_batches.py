@@ -40,7 +40,8 @@ def failed_first_batch(sandbox, summary: dict, nodes: list[str]) -> list[str]:
     assert set(first["nodes"]) < set(nodes)
     assert sorted(f["node"] for f in summary["failed_nodes"]) == sorted(first["nodes"]), summary["failed_nodes"]
     assert all("not Ready" in f["why"] and f["stage"] == "batch 1" for f in summary["failed_nodes"]), summary
-    assert [s["outcome"] for s in summary["stages"][1:]] == ["not started"], summary["stages"]
+    # batches of 2 over however many GPU nodes the session's sandbox has by now (add-nodes tests grow it)
+    assert [s["outcome"] for s in summary["stages"][1:]] == ["not started"] * (-(-len(nodes) // 2) - 1), summary["stages"]
     for node in first["nodes"]:
         assert node in summary["headline"]
     return first["nodes"]
