@@ -83,6 +83,24 @@ def installed(tmp_path_factory) -> Path:
     return dest
 
 
+def user_project(sandbox, tmp_path, play: str) -> tuple[Path, Path, str]:
+    """A user's project folder: README's inventory with the sandbox's values in place of its
+    placeholders (the same lookups as inventories/sandbox), and ``play`` as site.yml; returns the
+    folder, the inventory and README's one cluster host."""
+    user = tmp_path / "my-ansible"
+    inventory = user / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(readme_inventory())
+    hosts = yaml.safe_load(readme_inventory())["clusters"]["hosts"]
+    assert len(hosts) == 1
+    host = next(iter(hosts))
+    sandbox_vars = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
+    sandbox_vars["sandbox_dir"] = str(sandbox.dir)
+    (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
+    (user / "site.yml").write_text(play)
+    return user, inventory, host
+
+
 def test_the_tarball_holds_the_collection_only(installed):
     coll = installed / "ansible_collections" / "bcd" / "kubernetes"
     for kept in ("playbooks/adopt_cluster.yml", "roles/bcd_daemonset/tasks/main.yml", "meta/runtime.yml",
@@ -95,19 +113,8 @@ def test_the_tarball_holds_the_collection_only(installed):
 @pytest.mark.sandbox
 @pytest.mark.usefixtures("unadopted")
 def test_a_users_playbook_adopts_the_sandbox_by_fqcn(sandbox, cp, cpvars, installed, tmp_path):
-    user = tmp_path / "my-ansible"
-    inventory = user / "inventory"
-    (inventory / "host_vars").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(readme_inventory())
-    hosts = yaml.safe_load(readme_inventory())["clusters"]["hosts"]
-    assert len(hosts) == 1
-    host = next(iter(hosts))
-    # the sandbox's values in place of README's placeholders (the same lookups as inventories/sandbox)
-    sandbox_vars = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
-    sandbox_vars["sandbox_dir"] = str(sandbox.dir)
-    (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
     # the user's playbook: README's "Use from your own playbooks", verbatim, and a check of it
-    (user / "site.yml").write_text(readme_yaml("Use from your own playbooks") + CHECK)
+    user, inventory, host = user_project(sandbox, tmp_path, readme_yaml("Use from your own playbooks") + CHECK)
     assert not (user / "ansible.cfg").exists()
 
     env = user_env(installed, tmp_path / "ansible-home")
@@ -161,7 +168,7 @@ NO_DEFAULTS = """
         tasks_from: preflight
 
     - name: Which selected Nodes report to the control plane
-      bcd.kubernetes.bcd_nodes:
+      bcd.kubernetes.bcd_nodes_info:
       register: nodes
 """ + CHECK
 
@@ -172,15 +179,7 @@ def test_a_users_play_without_module_defaults_runs_our_roles(sandbox, installed,
     """Our role tasks pass neither config nor api_key: without the play's module_defaults for
     group/bcd.kubernetes.bcd, each module takes config from lookup('bcd.kubernetes.bcd_inventory')
     and api_key from bcd_api_key (its action plugin), and the key never shows."""
-    user = tmp_path / "my-ansible"
-    inventory = user / "inventory"
-    (inventory / "host_vars").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(readme_inventory())
-    host = next(iter(yaml.safe_load(readme_inventory())["clusters"]["hosts"]))
-    sandbox_vars = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
-    sandbox_vars["sandbox_dir"] = str(sandbox.dir)
-    (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
-    (user / "site.yml").write_text(NO_DEFAULTS)
+    user, inventory, host = user_project(sandbox, tmp_path, NO_DEFAULTS)
     assert "module_defaults:" not in NO_DEFAULTS
 
     env = user_env(installed, tmp_path / "ansible-home")
