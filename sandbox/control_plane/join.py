@@ -351,7 +351,8 @@ class JoinSimulator:
         items, token = [], None
         while True:
             resp = self.core.list_pod_for_all_namespaces(label_selector=POD_SELECTOR, limit=500, _preload_content=False,
-                                                         _request_timeout=(10, 60),
+                                                         # the API server's own limit at scale (sandbox/cluster.py)
+                                                         _request_timeout=(10, 180),
                                                          **({"_continue": token} if token else {}))
             doc = json.loads(resp.data)
             items.extend(doc.get("items") or [])

@@ -38,3 +38,12 @@ def test_5000_nodes_renew_leases_no_faster_than_1000_and_stay_ready(tmp_path):
     kcm = cluster.argv("kube-controller-manager", tmp_path, _state(5000))
     grace = next(a for a in kcm if a.startswith("--node-monitor-grace-period="))
     assert int(grace.split("=")[1].rstrip("s")) >= 2 * lease  # a late renewal does not make a node NotReady
+
+
+def test_the_api_server_waits_longer_for_a_request_only_above_1000_nodes(tmp_path):
+    state = {"binaries": {"kube-apiserver": "kube-apiserver"}, "ports": {"apiserver": 1, "etcd_client": 2}}
+    small = cluster.argv("kube-apiserver", tmp_path, {**state, "gpu_nodes": cluster.SCALE_ABOVE})
+    assert not any(a.startswith("--request-timeout") for a in small)
+    big = cluster.argv("kube-apiserver", tmp_path, {**state, "gpu_nodes": 5000})
+    # a page of 500 pods outlasted the default 60 s at 5,000 nodes on 2 shared cores
+    assert "--request-timeout=180s" in big
