@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 
 import pytest
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import ControlPlaneError
@@ -71,9 +70,7 @@ def test_gather_runs_in_parallel_and_keeps_each_exception_for_its_taker():
         started.wait()
         raise KubeError("GET /api/v1/nodes: Kubernetes API 500: no", status=500)
 
-    t0 = time.monotonic()
     out = gather({"a": slow(1), "b": slow(2), "c": boom})
-    assert time.monotonic() - t0 < 5
     assert out.take("a") == 1 and out.take("b") == 2
     with pytest.raises(KubeError, match="500"):
         out.take("c")
