@@ -84,7 +84,19 @@ def bcd_stale_joins(pods: list | None, since: str) -> list:
             for p in stale_joins(list(pods or []), str(since))]
 
 
+def bcd_reporting_unhealthy(unhealthy: list | None, missing: list | None) -> list:
+    """The rows of ``unhealthy`` (``{node, why}``, the selected Nodes whose bcd pod is not healthy)
+    whose node is not in ``missing`` (the Node names that do not report): the nodes that report to
+    the control plane with a bcd pod that is not healthy, in their order.
+
+    A set, not Jinja's ``rejectattr('node', 'in', missing)``: that searched the list once a row,
+    125 s of an adoption at 5,000 Nodes."""
+    gone = set(missing or [])
+    return [row for row in (unhealthy or []) if row.get("node") not in gone]
+
+
 class FilterModule:
     def filters(self):
         return {"bcd_report_row": bcd_report_row, "bcd_toolkit_env": bcd_toolkit_env,
-                "bcd_apply_conflicts": bcd_apply_conflicts, "bcd_stale_joins": bcd_stale_joins}
+                "bcd_apply_conflicts": bcd_apply_conflicts, "bcd_stale_joins": bcd_stale_joins,
+                "bcd_reporting_unhealthy": bcd_reporting_unhealthy}
