@@ -30,6 +30,14 @@ WATCH_MAX = 60
 RELIST_PAUSE = 0.5
 
 
+# Seconds a parked Follow keeps watching for the next module run of the same wait (park()).
+PARK_GRACE = 30.0
+# True while a module runs in the controller's worker process (plugin_utils/bcd_inprocess.py sets
+# it): the next slice of a wait runs in the same process and can take over a parked Follow.
+IN_WORKER = False
+_PARKED: dict[tuple, Follow] = {}
+
+
 class Gone(Exception):
     """The server no longer keeps the resourceVersion a watch started from (410 Gone)."""
 
@@ -218,6 +226,54 @@ class Follow:
 
 # After a change, a wait looks again no sooner than this many times as long as its last look took.
 PACE = 4.0
+
+
+def _park_key(kube: Kube, path: str, query: dict | None) -> tuple:
+    return (kube.source, kube.client.configuration.host, path, tuple(sorted((query or {}).items())))
+
+
+def resume(kube: Kube, path: str, query: dict | None, changed: threading.Event) -> Follow | None:
+    """The Follow of ``path`` with ``query`` that the previous module run of this wait parked
+    (:func:`park`), still watching, now setting ``changed``; None when there is none (a module
+    process, the first slice, a thread that ended or failed): the caller lists then.
+
+    A wait the action plugin runs in slices (one module run per progress line) lists its objects
+    once instead of once a slice: at 5,000 pods, 10 pages of several seconds each on a busy API
+    server, every ~25 s.
+    """
+    follow = _PARKED.pop(_park_key(kube, path, query), None)
+    if follow is None:
+        return None
+    thread = follow._thread
+    if (follow.error is not None or follow._stop.is_set() or thread is None or not thread.is_alive()
+            or follow._until <= time.monotonic() + 0.5):  # its thread ends (or ended) at its limit
+        follow.stop()
+        return None
+    follow.changed = changed
+    changed.set()  # look at once: the objects may have changed between the runs
+    return follow
+
+
+def park(follow: Follow, grace: float = PARK_GRACE) -> bool:
+    """Keep ``follow`` watching up to ``grace`` seconds more for the next module run of the same
+    wait in this process (:func:`resume`); stop it instead when modules run in processes of their
+    own (nothing would take it over) or its thread has ended. Returns whether it was parked."""
+    thread = follow._thread
+    if not IN_WORKER or follow.error is not None or thread is None or not thread.is_alive():
+        follow.stop()
+        return False
+    follow._until = time.monotonic() + grace  # the run that set the earlier limit is ending
+    old = _PARKED.pop(_park_key(follow.kube, follow.path, follow.query), None)
+    if old is not None and old is not follow:
+        old.stop()
+    _PARKED[_park_key(follow.kube, follow.path, follow.query)] = follow
+    return True
+
+
+def stop_parked() -> None:
+    """Stop every parked Follow (the end of a module run in the worker that will not go on)."""
+    while _PARKED:
+        _PARKED.popitem()[1].stop()
 
 
 def wait_for_change(changed: threading.Event, seconds: float, spent: float = 0.0) -> None:

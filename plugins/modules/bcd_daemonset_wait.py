@@ -167,8 +167,12 @@ watch:
   description:
     - What this module run's lists and watches did - C(lists) (the DaemonSet's, the pods' and the
       DaemonSet's FailedCreate events', one each, plus C(relists)), C(relists) (after C(410 Gone)
-      or a dropped watch), C(watches) (watch requests), C(events) (changes seen) and C(requests)
-      (Kubernetes API requests in all).
+      or a dropped watch), C(watches) (watch requests), C(events) (changes seen), C(requests)
+      (Kubernetes API requests in all) and C(resumed) (how many of the pods' and events' follows
+      this run took over from the wait's previous run).
+    - A follow taken over counts what it did since the wait's first run - run in the controller's
+      worker (the action plugin's default), a wait in several runs lists the pods and events once;
+      in a module process of its own, each run lists them.
   returned: always
   type: dict
 """
@@ -210,7 +214,12 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     revision_hash,
     rolled_out,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import (
+    Follow,
+    park,
+    resume,
+    wait_for_change,
+)
 
 # Seconds to keep looking for other pods that cannot start once one is found.
 BAD_GRACE = 6.0
@@ -281,6 +290,9 @@ def main() -> None:
     changed = threading.Event()
     follows: list[Follow] = []
     event_follow: Follow | None = None
+    ds_follow: Follow | None = None
+    parking = False
+    resumed = 0
     refused: list[dict] = []
     standing = Standing()
     if module.params["refused_at"] is not None:
@@ -289,7 +301,8 @@ def main() -> None:
     def watched() -> dict:
         return {"lists": sum(f.lists for f in follows), "relists": sum(f.relists for f in follows),
                 "watches": sum(f.watches for f in follows), "events": sum(f.events for f in follows),
-                "requests": api.requests}
+                "requests": api.requests + sum(f.kube.requests for f in follows if f.kube is not api),
+                "resumed": resumed}
 
     def done(finished: bool = True, **kw):
         status = {k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS}
@@ -316,20 +329,31 @@ def main() -> None:
             until = min(until, run_started + poll_for)
         if rolled_out(ds):
             done(failed_nodes=[])
-        pod_follow = Follow(api, path("pods", namespace=inv.bcd_namespace),
-                            {"labelSelector": selector({"app.kubernetes.io/name": "bcd",
-                                                        "app.kubernetes.io/instance": inv.bcd_name})},
-                            keep=slim_pod, changed=changed)
-        pod_follow.first_version = module.params["watch_from"]
+        # In the controller's worker, the previous slice of this wait left its pods and events
+        # followed (bcd_watch.park): they are taken over, not listed again.
+        pod_path = path("pods", namespace=inv.bcd_namespace)
+        pod_query = {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})}
+        pod_follow = resume(api, pod_path, pod_query, changed)
+        pod_resumed = pod_follow is not None
+        if pod_follow is None:
+            pod_follow = Follow(api, pod_path, pod_query, keep=slim_pod, changed=changed)
+            pod_follow.first_version = module.params["watch_from"]
         follows.append(pod_follow)
         # the pods the API server refuses never exist: only the DaemonSet's events say so
-        event_follow = Follow(api, path("events", namespace=inv.bcd_namespace), events_query(ds["metadata"]["uid"]),
-                              changed=changed)
+        event_path, event_query = path("events", namespace=inv.bcd_namespace), events_query(ds["metadata"]["uid"])
+        event_follow = resume(api, event_path, event_query, changed)
+        event_resumed = event_follow is not None
+        if event_follow is None:
+            event_follow = Follow(api, event_path, event_query, changed=changed)
         follows.append(event_follow)
         ds_follow.extend(until + 1)
         ds_follow.start_thread()
-        pod_follow.start(until + 1)
-        event_follow.start(until + 1)
+        resumed = int(pod_resumed) + int(event_resumed)
+        for follow, taken_over in ((pod_follow, pod_resumed), (event_follow, event_resumed)):
+            if taken_over:
+                follow.extend(until + 1)
+            else:
+                follow.start(until + 1)
         while True:
             looked = time.monotonic()
             for f in follows:
@@ -404,6 +428,7 @@ def main() -> None:
             # the counts changed once progress_every passed (a run costs a Python start: ~1 s)
             if poll_for is not None and (in_slice >= poll_for or (
                     counts != first_counts and in_slice >= module.params["progress_every"])):
+                parking = True  # the next slice takes the pods' and events' watches over
                 done(finished=False, failed_nodes=[])
             wake = [started + timeout, run_started + poll_for if poll_for is not None else now + interval * 30]
             if bad:
@@ -418,7 +443,10 @@ def main() -> None:
                          waited=round(time.monotonic() - started, 1), watch=watched())
     finally:
         for f in follows:
-            f.stop()
+            if parking and f is not ds_follow:
+                park(f)
+            else:
+                f.stop()
 
 
 if __name__ == "__main__":

@@ -141,6 +141,9 @@ def run_module_here(python_name: str, module_args: dict) -> tuple[str, int]:
     basic.AnsibleModule._record_module_result = record
     _internal.is_controller = False  # warnings go into the result, as on a target
     status = 0
+    from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_watch
+
+    bcd_watch.IN_WORKER = True  # a wait's next slice runs here too: its watches may be parked for it
     try:
         module = importlib.import_module(python_name)
         module.main()
@@ -152,6 +155,7 @@ def run_module_here(python_name: str, module_args: dict) -> tuple[str, int]:
         _capture_exit(_loader._handle_exception, exc, printed)
         status = 1
     finally:
+        bcd_watch.IN_WORKER = False
         basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE, basic.AnsibleModule._record_module_result, _internal.is_controller = saved
         basic._PARSED_MODULE_ARGS = None
         warnings._global_warnings.clear()

@@ -136,3 +136,76 @@ def test_the_rollout_gate_lists_the_pods_once_for_the_whole_run(sandbox):
     # one list of the pods however many stages and full checks; each pod change came by the watch
     assert watched["pod_lists"] == 1 + watched["pod_relists"], watched
     assert watched["events"] >= len(stages), watched
+
+
+def test_a_parked_follow_goes_on_watching_for_the_next_slice_of_the_same_wait(sandbox):
+    """In the controller's worker, a wait's slice parks its watches and the next slice takes them
+    over (one list for the whole wait); a module process stops them (nothing would take them)."""
+    from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_watch
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, api_client, path
+
+    kube = Kube(api_client(str(sandbox.kubeconfig), None))
+    where = path("configmaps", namespace="default")
+    query = {"labelSelector": f"bcd-test-park={time.time_ns()}"}
+    first = bcd_watch.Follow(kube, where, query).start(time.monotonic() + 5)
+    try:
+        bcd_watch.IN_WORKER = False
+        assert not bcd_watch.park(first)  # a module process: stopped, nothing parked
+        assert bcd_watch.resume(kube, where, query, threading.Event()) is None
+
+        follow = bcd_watch.Follow(kube, where, query).start(time.monotonic() + 5)
+        bcd_watch.IN_WORKER = True
+        assert bcd_watch.park(follow, grace=30)
+        changed = threading.Event()
+        again = bcd_watch.resume(kube, where, query, changed)
+        assert again is follow and again.lists == 1 and changed.is_set()
+        changed.clear()
+        # past the first run's limit (5 s), the parked watch still sees a change
+        time.sleep(6)
+        name = f"park-{time.time_ns()}"
+        with sandbox.api_client() as api:
+            k8s.CoreV1Api(api).create_namespaced_config_map("default", k8s.V1ConfigMap(
+                metadata=k8s.V1ObjectMeta(name=name, labels={"bcd-test-park": query["labelSelector"].split("=")[1]})))
+            try:
+                assert changed.wait(20), "the parked watch missed the change"
+                assert {o["metadata"]["name"] for o in again.objects().values()} == {name}
+                assert again.lists == 1 and again.relists == 0
+            finally:
+                k8s.CoreV1Api(api).delete_namespaced_config_map(name, "default")
+        # parked again past its grace, the thread ends and the next slice lists anew
+        assert bcd_watch.park(again, grace=0.1)
+        time.sleep(2)
+        assert bcd_watch.resume(kube, where, query, threading.Event()) is None
+    finally:
+        bcd_watch.IN_WORKER = False
+        bcd_watch.stop_parked()
+        first.stop()
+
+
+@pytest.mark.usefixtures("adopted")
+def test_the_daemonset_wait_in_several_runs_lists_the_pods_once(sandbox, tmp_path):
+    """Through its action plugin (in the controller's worker) a wait longer than one progress
+    slice takes the pods' and events' watches over from slice to slice: one list of the pods
+    for the whole wait, however many progress lines."""
+    with sandbox.api_client() as api:
+        apps = k8s.AppsV1Api(api)
+        before = apps.read_namespaced_daemon_set(NAME, NAMESPACE).spec.min_ready_seconds
+        # a replaced pod counts available 45 s after it is Ready: the wait outlasts its first slice
+        apps.patch_namespaced_daemon_set(NAME, NAMESPACE, {"spec": {"minReadySeconds": 45}})
+        try:
+            _unavailable_one_pod(sandbox)
+            play = tmp_path / "wait.yml"
+            play.write_text(yaml.safe_dump([{"name": "Wait", "hosts": "sandbox", "gather_facts": False, "tasks": [
+                {"name": "Wait for the DaemonSet", "bcd.kubernetes.bcd_daemonset_wait": {"timeout": 240},
+                 "register": "waited"},
+                {"name": "Keep what it watched", "ansible.builtin.copy": {
+                    "content": "{{ waited.watch | to_json }}", "dest": str(tmp_path / "watched.json"), "mode": "0600"}}]}]))
+            run = run_playbook(str(play))
+        finally:
+            apps.patch_namespaced_daemon_set(NAME, NAMESPACE, {"spec": {"minReadySeconds": before}})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "waiting for the DaemonSet to roll out" in run.stdout + run.stderr, run.stdout[-3000:]  # several runs
+    watched = json.loads((tmp_path / "watched.json").read_text())
+    # the last run took both follows over; the DaemonSet (one object) is listed by each run
+    assert watched["resumed"] == 2, watched
+    assert watched["lists"] == 3 + watched["relists"], watched
