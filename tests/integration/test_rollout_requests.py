@@ -6,7 +6,8 @@ from it must be the same, line for line. The takeover under the lock is skipped 
 comparison's judgement ``stands`` and the fleet read under the lock finds the same
 ``resourceVersion``s: both are checked here against the real API server, as is the folded apply
 (bcd_rollout ``apply``): a rollout's report names the same stages, the DaemonSet ends as rendered,
-and --check changes neither the ConfigMap nor the DaemonSet.
+--check changes neither the ConfigMap nor the DaemonSet, and no output of --diff holds the API key.
+A release by the Lease's version deletes only the Lease this run wrote.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT, daemonset, kget, recap, run_playbook
+from tests.secrets_scan import find_in_text
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
@@ -135,19 +137,23 @@ def test_a_field_another_manager_set_is_not_a_judgement_that_stands(sandbox, tmp
     assert "terminationGracePeriodSeconds: 17" not in json.dumps(daemonset(sandbox))
 
 
-def test_check_mode_applies_nothing_and_a_rollout_applies_the_render_in_the_module(sandbox, tmp_path):
+def test_check_mode_applies_nothing_and_a_rollout_applies_the_render_in_the_module(sandbox, cpvars, tmp_path):
     cm_before = kget(sandbox, "configmap", "-n", NS, "bcd-config")["metadata"]["resourceVersion"]
     ds_before = daemonset(sandbox)["metadata"]["resourceVersion"]
     check = run_playbook("rollout.yml", "--check", "--diff", "-e", f"bcd_image={NEW}", "-e", "bcd_log_level=debug")
     assert check.returncode == 0, check.stdout[-3000:]
+    assert NEW in check.stdout, "--diff shows the new image"
     assert kget(sandbox, "configmap", "-n", NS, "bcd-config")["metadata"]["resourceVersion"] == cm_before
     assert daemonset(sandbox)["metadata"]["resourceVersion"] == ds_before
     assert sandbox.kubectl("get", "lease", "-n", NS, "bcd-ansible-lock", check=False).returncode != 0
 
+    # with --diff (kubernetes.core's comparison, Ansible prints its diff) and the folded applies
     report = tmp_path / "rollout.json"
-    run = run_playbook("rollout.yml", "-e", f"bcd_image={NEW}", "-e", "bcd_log_level=debug",
+    run = run_playbook("rollout.yml", "--diff", "-e", f"bcd_image={NEW}", "-e", "bcd_log_level=debug",
                        "-e", f"bcd_report_out={report}")
     assert run.returncode == 0, run.stdout[-4000:]
+    assert not find_in_text(run.stdout + run.stderr + check.stdout + check.stderr + report.read_text(),
+                            [cpvars["bcd_api_key"]]), "the API key leaked"
     summary = json.loads(report.read_text())
     assert summary["result"] == "succeeded" and summary["changed"] is True
     assert all(s["outcome"] == "passed" and len(s["nodes"]) == s["size"] for s in summary["stages"]), summary["stages"]
