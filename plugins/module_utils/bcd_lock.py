@@ -119,16 +119,19 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
 
     run_started = time.monotonic()
     started = run_started - max(0.0, elapsed)  # the wait began in an earlier run of the action plugin
+    # Most runs find no Lease: create it first, unread (one request); 409, it exists: read it.
+    # Check mode writes nothing, so it reads.
+    unread = not check_mode
     try:
         while True:
-            lease = read()
+            lease, unread = (None, False) if unread else (read(), False)
             if lease is None:
                 if check_mode:
                     return {"changed": False, "holder": None, "took_over": None, "waited": 0.0}
                 try:
-                    kube.create(path("leases", namespace=namespace), body())
+                    made = kube.create(path("leases", namespace=namespace), body())
                     return {"changed": False, "holder": me, "took_over": None, "waited": round(time.monotonic() - started, 1),
-                            "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl))}
+                            "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl)), "version": _version(made)}
                 except KubeError as exc:
                     if exc.status == 404:
                         fail(f"taking {where}: namespace {namespace} does not exist")
@@ -145,8 +148,8 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
                 if check_mode:
                     return {"changed": False, "holder": holder, "took_over": None if holder in (me, "") else holder, "waited": 0.0}
                 try:
-                    kube.replace(lease_path, body(lease["metadata"]["resourceVersion"],
-                                                  (spec.get("leaseTransitions") or 0) + (holder != me)))
+                    made = kube.replace(lease_path, body(lease["metadata"]["resourceVersion"],
+                                                         (spec.get("leaseTransitions") or 0) + (holder != me)))
                 except KubeError as exc:
                     if exc.status == 409:
                         continue  # someone else took it first: look again
@@ -156,7 +159,7 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
                     warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
                 # lease and until: what a run interrupted from now on leaves (the left_behind callback)
                 return {"changed": False, "holder": me, "took_over": took, "waited": round(time.monotonic() - started, 1),
-                        "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl))}
+                        "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl)), "version": _version(made)}
             since = _parse(spec.get("acquireTime"))
             if time.monotonic() - started >= wait:
                 fail(f"locked by {holder} (since {_utc(since)}, until {_utc(expires)}); "
@@ -171,11 +174,28 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
         return done.result
 
 
-def release(kube, namespace: str, name: str, me: str, check_mode: bool = False) -> dict:
+def _version(lease: dict | None) -> str | None:
+    return ((lease or {}).get("metadata") or {}).get("resourceVersion")
+
+
+def release(kube, namespace: str, name: str, me: str, check_mode: bool = False, version: str | None = None) -> dict:
     """Release the lock Lease when ``me`` holds it (a delete guarded by its resourceVersion);
-    another holder's lock is left alone. Returns the module result."""
+    another holder's lock is left alone. Returns the module result.
+
+    ``version``: the resourceVersion of the Lease as this run last wrote it (holder ``me``): the
+    delete is guarded by it without a read first (one request); a Lease written since (409) is
+    read and released as without it, a Lease gone (404) is released already."""
     where = f"Lease {namespace}/{name}"
     lease_path = path("leases", name, namespace)
+    if version and not check_mode:
+        try:
+            kube.delete(lease_path, {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": version}})
+            return {"changed": False, "holder": None}
+        except KubeError as exc:
+            if exc.status == 404:
+                return {"changed": False, "holder": None}
+            if exc.status != 409:
+                return {"failed": True, "msg": f"releasing {where}: {exc}"}
     try:
         lease = kube.get(lease_path)
     except KubeError as exc:

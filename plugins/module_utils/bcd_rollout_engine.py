@@ -143,6 +143,7 @@ class Rollout:
         self.listed: dict[str, dict] = {}  # node -> pod, as the latest full check listed them
         self.available_before: int | None = None  # the DaemonSet's numberAvailable when state=run began
         self.lock_result: dict = {}  # with take_lock: bcd_lock's result, returned with the status
+        self.lease_version: str | None = None  # the lock Lease's resourceVersion once renew() wrote it
         self.say = progress_reporter()  # the gate's progress lines, printed by the action plugin
         self.gate_label = ""
         # the DaemonSet and its pods, listed once and then followed by a watch (bcd_watch), so
@@ -159,6 +160,8 @@ class Rollout:
         self.standing = Standing()
         self.selected_count: int | None = None
         self.passed_at: float | None = None  # when the last stage's gate passed (its pods all Ready)
+        # kind -> resourceVersion of the DaemonSet and ConfigMap the fleet read read (returned as versions)
+        self.versions: dict[str, str | None] = {}
 
     # -- the lock -----------------------------------------------------------------------------
 
@@ -172,6 +175,7 @@ class Rollout:
         if taken.pop("failed", False):
             self.m.fail_json(**taken)
         self.lock_result = {k: taken.get(k) for k in ("holder", "took_over", "waited", "lease", "until")}
+        self.lock_result["lease_version"] = taken.get("version")
 
     def guarded(self, what: str, action) -> None:
         """Run ``action`` (``self.status``/``self.run``), failing on an API or control-plane error
@@ -286,6 +290,7 @@ class Rollout:
 
     def status(self) -> None:
         ds = self.daemonset()
+        self.versions["DaemonSet"] = ((ds or {}).get("metadata") or {}).get("resourceVersion")
         if ds is None:
             msg = (f"DaemonSet {self.ns}/{self.name} does not exist: adopt the cluster first (adopt-cluster.yml); "
                    "rollout.yml only moves an adopted cluster to a new image")
@@ -338,6 +343,7 @@ class Rollout:
                 refuse += (". Nothing was changed. Fix these (or finish or undo the previous rollout), or run again with "
                            "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
         cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
+        self.versions["ConfigMap"] = ((cm or {}).get("metadata") or {}).get("resourceVersion")
         previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
         # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled;
         # and only a new pod template replaces pods (a ConfigMap change alone replaces none)
@@ -420,7 +426,8 @@ class Rollout:
         summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
                                unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay, to_roll=to_roll)
         self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
-                         plan=stages, to_roll=to_roll, healthy=healthy, revision=revision, image=current, selected=len(nodes), **self.lock_result)
+                         plan=stages, to_roll=to_roll, healthy=healthy, revision=revision, image=current, selected=len(nodes),
+                         versions=self.versions, **self.lock_result)
 
     def summary(self, result, headline, from_image, stages, rows, **extra) -> dict:
         return {
@@ -440,11 +447,39 @@ class Rollout:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def apply(self, obj: dict) -> None:
+    def apply(self, obj: dict) -> dict:
+        """Server-side apply ``obj`` (field manager FIELD_MANAGER, forcing conflicts, as the
+        playbooks' kubernetes.core applies do); the object as the API server stored it. A refusal
+        is a :class:`KubeError` naming the object and quoting the server."""
         kind = {"DaemonSet": "daemonsets", "ConfigMap": "configmaps"}[obj["kind"]]
-        self.kube.request("PATCH", path(kind, obj["metadata"]["name"], obj["metadata"].get("namespace")),
-                          {"fieldManager": FIELD_MANAGER, "force": "true"}, obj, content_type="application/apply-patch+yaml")
+        meta = obj["metadata"]
+        try:
+            out = self.kube.request("PATCH", path(kind, meta["name"], meta.get("namespace")),
+                                    {"fieldManager": FIELD_MANAGER, "force": "true"}, obj,
+                                    content_type="application/apply-patch+yaml")
+        except KubeError as exc:
+            raise KubeError(f"applying {obj['kind']} {meta.get('namespace')}/{meta['name']} (server-side apply, field "
+                            f"manager {FIELD_MANAGER}): {exc}", status=exc.status, detail=exc.detail) from None
         self.did_change = True
+        return out or {}
+
+    def apply_new(self, render: list[dict]) -> dict:
+        """Apply the render's ConfigMap, then its DaemonSet with ``updateStrategy: OnDelete`` (the
+        new template, no pod moves), start following (:meth:`follow`) and return the DaemonSet once
+        its controller has seen it, as its watch saw it: one PATCH per object and no read."""
+        applied = None
+        for obj in sorted(render, key=lambda o: o.get("kind") == "DaemonSet"):
+            if obj.get("kind") == "DaemonSet":
+                applied = self.apply(with_strategy(obj, ON_DELETE))
+            else:
+                self.apply(obj)
+        self.follow(applied)
+        generation = int(applied["metadata"].get("generation") or 0)
+        self.ds_seen(generation)
+        ds = next(iter(self.follow_ds.objects().values()), None)
+        if ds is None:
+            raise KubeError(f"DaemonSet {self.ns}/{self.name} disappeared")
+        return ds
 
     def delete_pod(self, pod: dict) -> None:
         meta = pod["metadata"]
@@ -485,11 +520,12 @@ class Rollout:
         lease["spec"]["renewTime"] = _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         lease["spec"]["leaseDurationSeconds"] = self.inv.bcd_lock_ttl
         try:
-            self.kube.replace(lease_path, lease)
+            renewed = self.kube.replace(lease_path, lease)
         except KubeError as exc:
             if exc.status == 409:
                 return self.renew(force=True)
             raise
+        self.lease_version = ((renewed or {}).get("metadata") or {}).get("resourceVersion")
         self.last_renewal = time.monotonic()
         return None
 
@@ -768,14 +804,17 @@ class Rollout:
         start_images: dict[str, str | None] = {}
         result = "succeeded"
         msg = None
+        render = self.p.get("apply") or []
         try:
-            ds = self.observed()
+            # with apply, the new template is applied here (OnDelete), else the playbook applied it
+            ds = self.apply_new(render) if render else self.observed()
             self.available_before = int((ds.get("status") or {}).get("numberAvailable") or 0)
             if container_image(ds) != target:
                 self.m.fail_json(msg=f"DaemonSet {self.ns}/{self.name} runs {container_image(ds)}, not {target}: "
                                      "apply the new template (OnDelete) before state=run")
             revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-            self.follow(ds)
+            if self.follow_ds is None:
+                self.follow(ds)
             pods = self.pods(ds)
             self.listed = pods
             nodes = self.selected()
@@ -851,6 +890,15 @@ class Rollout:
                     self.notes.append(f"NOT ROLLED BACK: DaemonSet {self.ns}/{self.name} is left OnDelete on {target}; the "
                                       f"nodes above keep what they run. Roll to a good digest with rollout.yml "
                                       f"-e bcd_image=... -e bcd_rollout_force=true.")
+            elif render:
+                # every stage passed: the DaemonSet as rendered, its own update strategy (the
+                # template is the one applied, so no pod moves)
+                ds_render = next(o for o in render if o.get("kind") == "DaemonSet")
+                try:
+                    self.apply(ds_render)
+                except KubeError as exc:
+                    result, msg = "failed", (f"every stage passed, but the DaemonSet as rendered (its own update strategy) "
+                                             f"could not be applied, so it is left OnDelete: {exc}")
         except LostLock as exc:
             result, msg = "failed", f"{exc}; stopped without rolling back"
         except (KubeError, ControlPlaneError) as exc:
@@ -869,7 +917,8 @@ class Rollout:
         summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
         self.unfollow()
         out = {"changed": self.did_change, "watch": self.watched(), "summary": summary, "table": table(summary), "plan": [
-            {"name": s["name"], "size": s["size"], "nodes": s["nodes"]} for s in stages_out]}
+            {"name": s["name"], "size": s["size"], "nodes": s["nodes"]} for s in stages_out],
+            **({"lease_version": self.lease_version} if self.lease_version else {})}
         if result != "succeeded":
             self.m.fail_json(msg=headline, **out)
         self.m.exit_json(**out)

@@ -41,6 +41,11 @@ description:
     the field and the manager that put it back.
   - In check mode changes nothing; with C(--diff) shows, per object, what the apply will remove
     (from a server-side dry run of the render), without the server's bookkeeping.
+  - With O(dry_run), also answers what applying each ConfigMap and DaemonSet of O(objects) would change
+    (RV(dry_run)) - a server-side dry run of the apply (C(PATCH), C(dryRun=All), field manager O(field_manager),
+    forcing conflicts, as the apply does), compared with the object as read here, as M(kubernetes.core.k8s)
+    compares them with C(diff=true) - so that rollout.yml's comparison reads each object once. A dry run the
+    API server refuses fails the module, quoting the server. Nothing is stored, in check mode or not.
   - Source - Kubernetes, Server-Side Apply, "Upgrading from client-side apply to server-side
     apply" and "Transferring ownership" (https://kubernetes.io/docs/reference/using-api/server-side-apply/).
 options:
@@ -61,6 +66,12 @@ options:
     default: true
   verify:
     description: Read only; fail when any difference from the render remains (after the apply).
+    type: bool
+    default: false
+  dry_run:
+    description:
+      - Also return RV(dry_run), the differences a server-side dry run of the apply of each ConfigMap and DaemonSet
+        finds (after the refusals; not with O(verify)).
     type: bool
     default: false
 extends_documentation_fragment:
@@ -170,8 +181,35 @@ lines:
   returned: always
   type: list
   elements: str
+versions:
+  description:
+    - The C(resourceVersion) of the ConfigMap and of the DaemonSet of O(objects) as read, by kind (null when absent;
+      a kind not in O(objects) is left out).
+  returned: always
+  type: dict
+dry_run:
+  description:
+    - With O(dry_run), one entry per ConfigMap and DaemonSet of O(objects), in their order, shaped as the results of
+      M(kubernetes.core.k8s) with C(diff=true) - C(result) (the object's kind, name and namespace), C(changed),
+      and C(diff) with C(before) and C(after), the fields that differ between the object as read and as the dry
+      run returned it, without the server's bookkeeping (managedFields, uid, resourceVersion, generation,
+      creation and deletion timestamps, the template-generation annotation, status); the filter
+      C(bcd.kubernetes.bcd_apply_diff) reads them.
+  returned: with O(dry_run)
+  type: list
+  elements: dict
+stands:
+  description:
+    - Whether this judgement holds for as long as the objects of RV(versions) keep their C(resourceVersion) - nothing
+      to take over (RV(restore) false) and the render's nodeSelector, affinity and tolerations are the live
+      DaemonSet's (else RV(node_loss) depends on the pods and Nodes at the time). rollout.yml then skips taking over
+      under the lock when the fleet read there (M(bcd.kubernetes.bcd_rollout) C(state=locked)) finds the same
+      RV(versions) - the module would read the same objects and change nothing.
+  returned: always
+  type: bool
 """
 
+import copy
 import datetime as dt
 
 from ansible.module_utils.basic import AnsibleModule
@@ -216,7 +254,14 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import 
     unfit,
 )
 
+# kubernetes.core's own comparison (list items by their merge key), so that RV(dry_run) is the diff its
+# k8s module returns for the same dry run (a dependency of this collection, galaxy.yml)
+from ansible_collections.kubernetes.core.plugins.module_utils.apply import recursive_diff
+
 PLURAL = {"ConfigMap": "configmaps", "DaemonSet": "daemonsets", "Namespace": "namespaces"}
+# The server's bookkeeping, hidden from RV(dry_run) as the role's bcd_daemonset_hidden_fields hides it
+HIDDEN_METADATA = ("managedFields", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp")
+HIDDEN_ANNOTATIONS = ("deprecated.daemonset.template.generation",)
 
 
 def _name(obj: dict) -> str:
@@ -253,6 +298,40 @@ def _node_loss(api, current: dict, want: dict) -> list[dict]:
     return node_loss(current, want, pods, nodes)
 
 
+def _hide(obj: dict) -> dict:
+    """``obj`` without the server's bookkeeping (the role's bcd_daemonset_hidden_fields)."""
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        for key in HIDDEN_METADATA:
+            meta.pop(key, None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            for key in HIDDEN_ANNOTATIONS:
+                annotations.pop(key, None)
+            if not annotations:
+                meta.pop("annotations")
+        if not meta:
+            out.pop("metadata")
+    out.pop("status", None)
+    return out
+
+
+def _dry_run_result(current: dict | None, dry: dict) -> dict:
+    """What kubernetes.core.k8s returns for one object of a server-side dry-run apply with
+    ``diff: true``: the fields that differ between the object as read (``current``; none when
+    absent) and as the dry run returned it (kubernetes.core's ``recursive_diff``), the
+    bookkeeping hidden; ``result`` names the object."""
+    meta = dry.get("metadata") or {}
+    named = {"apiVersion": dry.get("apiVersion"), "kind": dry.get("kind"),
+             "metadata": {k: meta[k] for k in ("name", "namespace") if k in meta}}
+    found = recursive_diff(current or {}, dry)
+    if not found:
+        return {"result": named, "changed": False, "diff": {}}
+    before, after = _hide(found[0]), _hide(found[1])
+    return {"result": named, "changed": before != after, "diff": {"before": before, "after": after}}
+
+
 def _lines(found: list[dict], manager: str) -> list[str]:
     out = []
     for f in found:
@@ -271,7 +350,8 @@ def main() -> None:
                        "objects": {"type": "list", "elements": "dict", "required": True},
                        "field_manager": {"type": "str", "default": "bcd-ansible"},
                        "refuse": {"type": "bool", "default": True},
-                       "verify": {"type": "bool", "default": False}},
+                       "verify": {"type": "bool", "default": False},
+                       "dry_run": {"type": "bool", "default": False}},
         supports_check_mode=True,
     )
     inv = inventory(module)
@@ -280,6 +360,9 @@ def main() -> None:
     allowed = list(inv.bcd_drift_allowed_paths)
     verify = module.params["verify"]
     found = []
+    read: dict[str, dict | None] = {}  # where -> the object as read (None: absent), for the dry runs
+    versions: dict[str, str | None] = {}
+    scheduling_differs = False
     for obj in module.params["objects"]:
         if obj.get("kind") not in PLURAL:
             module.fail_json(msg=f"{obj.get('kind')}: not a kind bcd_field_ownership handles ({', '.join(PLURAL)})")
@@ -287,9 +370,15 @@ def main() -> None:
         where = path(PLURAL[obj["kind"]], meta["name"], meta.get("namespace") if obj["kind"] != "Namespace" else None)
         try:
             current = api.get(where)
+            read[where] = current
+            if obj["kind"] != "Namespace":
+                versions[obj["kind"]] = ((current or {}).get("metadata") or {}).get("resourceVersion")
             if current is None:
                 continue
             surface, warnings, want = _judge(api, obj, current, allowed)
+            if want is not None:
+                scheduling_differs = scheduling_differs or (scheduling((current.get("spec") or {}).get("template"))
+                                                            != scheduling((want.get("spec") or {}).get("template")))
             loss = (_node_loss(api, current, want) if want is not None and module.params["refuse"] and not verify
                     else [])
         except (KubeError, SurfaceError) as exc:
@@ -309,10 +398,12 @@ def main() -> None:
         "metadata_warnings": [{"object": f["object"], "kind": f["kind"], **public(s)} for f in found for s in f["warnings"]],
         "node_loss": [loss for f in found for loss in f["loss"]],
         "lines": _lines(found, manager),
+        "versions": versions,
     }
     result["surface_kinds"] = sorted({s["kind"] for s in result["surface"]})
     # something another manager owns is taken over: the run checks again after applying
     result["restore"] = any(f["managers"] or foreign(f["surface"], manager) for f in found)
+    result["stands"] = not result["restore"] and not scheduling_differs
     result["template_drift"] = any(s["kind"] == "DaemonSet" and s["path"].startswith("spec.template") for s in result["surface"])
 
     if verify:
@@ -350,6 +441,7 @@ def main() -> None:
         module.fail_json(msg=" ".join(refusals), **result)
 
     diffs = []
+    dry_runs: dict[str, dict] = {}  # where -> the server-side dry run of the render's apply
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for f in found:
         current = f["current"]
@@ -366,6 +458,7 @@ def main() -> None:
                               f["render"], content_type="application/apply-patch+yaml")
         except KubeError as exc:
             module.fail_json(msg=f"dry run of the apply of {f['object']}: {exc}", **result)
+        dry_runs[f["path"]] = dry
         removed = removed_after_takeover(entries, dry, manager)
         for out in result["foreign"]:
             if out["object"] == f["object"]:
@@ -382,6 +475,20 @@ def main() -> None:
             except KubeError as exc:
                 module.fail_json(msg=f"taking over the fields of {f['object']} (changed meanwhile? run again): {exc}", **result)
         result["changed"] = True
+    if module.params["dry_run"]:
+        result["dry_run"] = []
+        for obj in module.params["objects"]:
+            if obj["kind"] not in ("ConfigMap", "DaemonSet"):
+                continue
+            where = path(PLURAL[obj["kind"]], obj["metadata"]["name"], obj["metadata"].get("namespace"))
+            dry = dry_runs.get(where)
+            if dry is None:
+                try:
+                    dry = api.request("PATCH", where, {"fieldManager": manager, "force": "true", "dryRun": "All"}, obj,
+                                      content_type="application/apply-patch+yaml")
+                except KubeError as exc:
+                    module.fail_json(msg=f"server-side dry run of the apply of {_name(obj)} (nothing changed): {exc}", **result)
+            result["dry_run"].append(_dry_run_result(read.get(where), dry or {}))
     if module._diff and diffs:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -78,6 +78,13 @@ options:
     description: Internal to the action plugin. Seconds waited by earlier runs of the same wait.
     type: float
     default: 0
+  version:
+    description:
+      - With C(state=absent), the Lease's C(resourceVersion) as this run last wrote it (RV(version), or
+        M(bcd.kubernetes.bcd_rollout)'s C(lease_version)). The Lease is then deleted with that precondition,
+        without a read first - it can only match the Lease this run holds. A Lease written since is read and
+        released as without O(version) (only if this run holds it); one already gone is released.
+    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes
@@ -127,6 +134,10 @@ until:
       took the lock, when its own expires (C(bcd_lock_ttl) from now) if it is never released.
   returned: when RV(waiting) is true, or the lock was taken
   type: str
+version:
+  description: The C(resourceVersion) of the Lease this run wrote, for O(version) when it releases it.
+  returned: when the lock was taken
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -151,6 +162,7 @@ def main() -> None:
             "wait_set_by": {"type": "str", "default": "the wait option"},
             "poll_for": {"type": "float"},
             "elapsed": {"type": "float", "default": 0},
+            "version": {"type": "str"},
         },
         required_one_of=[("config", "namespace"), ("config", "name")],
         supports_check_mode=True,
@@ -170,7 +182,7 @@ def main() -> None:
     except KubeError as exc:
         module.fail_json(msg=str(exc))
     if p["state"] == "absent":
-        result = release(kube, p["namespace"], p["name"], me, module.check_mode)
+        result = release(kube, p["namespace"], p["name"], me, module.check_mode, version=p["version"])
     else:
         result = acquire(kube, p["namespace"], p["name"], p["ttl"], me, wait=p["wait"], poll_for=p["poll_for"],
                          elapsed=p["elapsed"], check_mode=module.check_mode, warn=module.warn)

@@ -13,8 +13,17 @@ version_added: 1.0.0
 description:
   - The write half of rollout.yml (seed 000, Upgrades), and of adopt-cluster.yml when it changes
     the pod template (other than the image) of a DaemonSet whose pods run; M(bcd.kubernetes.bcd_rollout_info)
-    reads the fleet and plans. The playbook applies the objects itself (kubernetes.core) between the read
-    and C(state=run).
+    reads the fleet and plans.
+  - With O(apply) (what rollout.yml and adopt-cluster.yml's staged rollout pass), C(state=run) applies the
+    render's objects itself - server-side apply, field manager C(bcd-ansible), forcing conflicts, as the
+    playbooks' kubernetes.core applies do - one PATCH each - the ConfigMap, then the DaemonSet with
+    C(updateStrategy=OnDelete) (the new template, no pod moves; the DaemonSet's watch then says when its
+    controller has seen it), and, once every stage passed, the DaemonSet as rendered, with its own update
+    strategy (the template is unchanged, no pod moves). An apply the API server refuses fails the run naming
+    the object and quoting the server; after a failed gate the rollback re-applies O(previous) instead. In
+    check mode nothing is applied - the playbooks keep the kubernetes.core server-side dry run of the same
+    objects for C(--check) (and C(--diff)). Without O(apply) the playbook applies the new template (OnDelete)
+    before C(state=run) and the DaemonSet as rendered after it.
   - A rollout of a new pod template on the same image (a host mount, resources, the config) is
     staged and gated as an image rollout is; its headline says C(of a new pod template (image ...)).
   - A change to the ConfigMap or to the DaemonSet's own fields alone (O(template_changes=false)) rolls no
@@ -33,7 +42,7 @@ description:
   - A plan whose first stage rolls every node to roll, on more than one node (no canary left), is refused
     unless C(bcd_rollout_all_at_once), since a failure there hits the whole fleet at once; with one selected
     Node it is a warning.
-  - C(state=run) expects the new template applied with C(updateStrategy=OnDelete). It waits
+  - C(state=run) expects the new template applied with C(updateStrategy=OnDelete) (or applies it, with O(apply)). It waits
     for the DaemonSet controller to see it, then replaces the pods not on the newest revision one stage
     at a time - C(bcd_rollout_canary) nodes first, then batches of C(bcd_rollout_max_unavailable) (a count
     or a percentage of the selected Nodes rounded up).
@@ -112,6 +121,14 @@ options:
     description: With C(state=run), RV(previous) of the status taken before anything was applied.
     type: list
     elements: dict
+  apply:
+    description:
+      - With C(state=run), the rendered ConfigMap and DaemonSet (as M(bcd.kubernetes.bcd_manifests) returns them) to
+        apply before the first stage (the DaemonSet with C(updateStrategy=OnDelete)) and, the DaemonSet as rendered,
+        after the last; see above. Ignored in check mode.
+      - Omitted, the playbook applies them (kubernetes.core) around C(state=run).
+    type: list
+    elements: dict
   joining:
     description:
       - With C(state=locked) (or C(status)), the selected Nodes whose bcd node does not report yet and that this
@@ -164,7 +181,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: partial
-    details: C(state=run) changes nothing in check mode; C(state=locked) takes the lock as M(bcd.kubernetes.bcd_lock)
+    details: C(state=run) changes nothing in check mode (nor applies O(apply)); C(state=locked) takes the lock as M(bcd.kubernetes.bcd_lock)
       does in check mode (it reports the lock it would take, writing nothing) and reads.
 author:
   - bcd-ansible developers (!UNKNOWN)
@@ -257,6 +274,13 @@ selected:
   description: With C(state=locked) (or C(status)), how many Nodes C(bcd_node_selector) selects.
   returned: state=locked or state=status
   type: int
+versions:
+  description:
+    - With C(state=locked) (or C(status)), the C(resourceVersion) of the DaemonSet and of the ConfigMap as the fleet
+      read read them, by kind (null when absent; left out when the read stopped before reading it). rollout.yml
+      compares them with those M(bcd.kubernetes.bcd_field_ownership) read before the lock.
+  returned: state=locked or state=status
+  type: dict
 holder:
   description: With C(state=locked), the lock's holder (as M(bcd.kubernetes.bcd_lock) returns it).
   returned: state=locked
@@ -277,6 +301,13 @@ until:
   description: With C(state=locked), when the lock expires if never released (RFC 3339).
   returned: state=locked
   type: str
+lease_version:
+  description:
+    - The C(resourceVersion) of the lock Lease as this run last wrote it - with C(state=locked) when it took the lock,
+      with C(state=run) when it renewed it - for M(bcd.kubernetes.bcd_lock) O(bcd.kubernetes.bcd_lock#module:version)
+      when the run releases it.
+  returned: state=locked once the lock is taken; state=run once it renewed the lock
+  type: str
 lock_held:
   description: With C(state=locked), on a failure once the lock was taken - the caller releases it
     (M(bcd.kubernetes.bcd_lock) C(state=absent)).
@@ -295,6 +326,7 @@ def main() -> None:
             **READ_OPTIONS,
             "state": {"type": "str", "choices": ["run", "locked", "status"], "default": "status"},
             "previous": {"type": "list", "elements": "dict"},
+            "apply": {"type": "list", "elements": "dict"},
             "lock": {"type": "str"},
             "interval": {"type": "float", "default": 2},
             "take_lock": {"type": "bool", "default": False},
@@ -311,6 +343,11 @@ def main() -> None:
     inv = inventory(module, ("bcd_control_plane_url", "bcd_tenant", "bcd_pool"))
     if state == "run" and module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: nothing rolled", summary={}, table=[], plan=[])
+    render = module.params["apply"] or []
+    kinds = sorted(str(o.get("kind")) for o in render)
+    if render and kinds not in (["DaemonSet"], ["ConfigMap", "DaemonSet"]):
+        module.fail_json(msg=f"bcd_rollout apply: the render's ConfigMap and DaemonSet (one DaemonSet, at most one "
+                             f"ConfigMap), not {', '.join(kinds)}")
     rollout = Rollout(module, inv, kube(module, inv), control_plane(module, inv))
     if state == "locked" or (module.params["take_lock"] and state == "status"):
         # the lock first, the read after it: what is read is what no other run changes meanwhile

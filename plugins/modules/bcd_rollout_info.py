@@ -149,6 +149,11 @@ selected:
   description: How many Nodes C(bcd_node_selector) selects.
   returned: always
   type: int
+versions:
+  description: The C(resourceVersion) of the DaemonSet and of the ConfigMap as read, by kind (null when absent; left out
+    when the read stopped before reading it).
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
