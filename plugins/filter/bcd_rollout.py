@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import difflib
-import json
 
 import yaml
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import without_bookkeeping
 
 # Bookkeeping the API server keeps on every object; a difference there is not a change to roll.
 _VOLATILE_METADATA = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "uid")
@@ -31,21 +31,7 @@ def _dump(obj) -> list[str]:
 def _strip(obj):
     if not isinstance(obj, dict):
         return obj
-    out = json.loads(json.dumps(obj))  # plain types (Ansible's tagged values do not dump)
-    meta = out.get("metadata")
-    if isinstance(meta, dict):
-        for key in _VOLATILE_METADATA:
-            meta.pop(key, None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            for key in _VOLATILE_ANNOTATIONS:
-                annotations.pop(key, None)
-            if not annotations:
-                meta.pop("annotations")
-        if not meta:
-            out.pop("metadata")
-    out.pop("status", None)
-    return out
+    return without_bookkeeping(obj, _VOLATILE_METADATA, _VOLATILE_ANNOTATIONS)
 
 
 def _template(obj: dict):

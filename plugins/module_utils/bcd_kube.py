@@ -184,6 +184,27 @@ def path(kind: str, name: str | None = None, namespace: str | None = None) -> st
     return out + (f"/{quote(name, safe='')}" if name else "")
 
 
+def without_bookkeeping(obj: dict, metadata: tuple[str, ...], annotations: tuple[str, ...] = ()) -> dict:
+    """A copy of ``obj`` (plain JSON types) without ``status``, the ``metadata`` keys and the
+    ``annotations`` named (the API server's bookkeeping), and without an ``annotations`` or
+    ``metadata`` left empty by that: what a diff of two objects should compare."""
+    out = json.loads(json.dumps(obj))  # a deep copy in plain types (Ansible's tagged values do not dump)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        for key in metadata:
+            meta.pop(key, None)
+        notes = meta.get("annotations")
+        if isinstance(notes, dict):
+            for key in annotations:
+                notes.pop(key, None)
+            if not notes:
+                meta.pop("annotations")
+        if not meta:
+            out.pop("metadata")
+    out.pop("status", None)
+    return out
+
+
 def selector(labels: dict[str, str]) -> str:
     """A label selector string (``k=v,k2=v2``) from a mapping; empty selects everything."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))

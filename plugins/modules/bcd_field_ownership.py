@@ -209,7 +209,6 @@ stands:
   type: bool
 """
 
-import copy
 import datetime as dt
 
 from ansible.module_utils.basic import AnsibleModule
@@ -218,6 +217,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     path,
     selector,
     slim_pod,
+    without_bookkeeping,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
@@ -300,21 +300,7 @@ def _node_loss(api, current: dict, want: dict) -> list[dict]:
 
 def _hide(obj: dict) -> dict:
     """``obj`` without the server's bookkeeping (the role's bcd_daemonset_hidden_fields)."""
-    out = copy.deepcopy(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, dict):
-        for key in HIDDEN_METADATA:
-            meta.pop(key, None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            for key in HIDDEN_ANNOTATIONS:
-                annotations.pop(key, None)
-            if not annotations:
-                meta.pop("annotations")
-        if not meta:
-            out.pop("metadata")
-    out.pop("status", None)
-    return out
+    return without_bookkeeping(obj, HIDDEN_METADATA, HIDDEN_ANNOTATIONS)
 
 
 def _dry_run_result(current: dict | None, dry: dict) -> dict:
