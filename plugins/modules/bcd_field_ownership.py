@@ -43,7 +43,7 @@ description:
     (from a server-side dry run of the render), without the server's bookkeeping.
   - With O(dry_run), also answers what applying each ConfigMap and DaemonSet of O(objects) would change
     (RV(dry_run)) - a server-side dry run of the apply (C(PATCH), C(dryRun=All), field manager O(field_manager),
-    forcing conflicts, as the apply does), compared with the object as read here, as M(kubernetes.core.k8s)
+    forcing conflicts, as the apply does), compared with the object as read here, as C(kubernetes.core.k8s)
     compares them with C(diff=true) - so that rollout.yml's comparison reads each object once. A dry run the
     API server refuses fails the module, quoting the server. Nothing is stored, in check mode or not.
   - Source - Kubernetes, Server-Side Apply, "Upgrading from client-side apply to server-side
@@ -190,7 +190,7 @@ versions:
 dry_run:
   description:
     - With O(dry_run), one entry per ConfigMap and DaemonSet of O(objects), in their order, shaped as the results of
-      M(kubernetes.core.k8s) with C(diff=true) - C(result) (the object's kind, name and namespace), C(changed),
+      C(kubernetes.core.k8s) with C(diff=true) - C(result) (the object's kind, name and namespace), C(changed),
       and C(diff) with C(before) and C(after), the fields that differ between the object as read and as the dry
       run returned it, without the server's bookkeeping (managedFields, uid, resourceVersion, generation,
       creation and deletion timestamps, the template-generation annotation, status); the filter
