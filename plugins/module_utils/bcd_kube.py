@@ -184,6 +184,11 @@ def path(kind: str, name: str | None = None, namespace: str | None = None) -> st
     return out + (f"/{quote(name, safe='')}" if name else "")
 
 
+def resource_version(obj: dict | None) -> str | None:
+    """``metadata.resourceVersion`` of ``obj``; None for no object or none recorded."""
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+
+
 def without_bookkeeping(obj: dict, metadata: tuple[str, ...], annotations: tuple[str, ...] = ()) -> dict:
     """A copy of ``obj`` (plain JSON types) without ``status``, the ``metadata`` keys and the
     ``annotations`` named (the API server's bookkeeping), and without an ``annotations`` or

@@ -15,7 +15,7 @@ import re
 import socket
 import time
 
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import KubeError, path, resource_version
 
 HOLDER_RE = re.compile(r"^(?P<user>[^@\s]*)@(?P<host>\S+) pid=(?P<pid>\d+) run=(?P<run>\S+)$")
 
@@ -124,14 +124,15 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
     unread = not check_mode
     try:
         while True:
-            lease, unread = (None, False) if unread else (read(), False)
+            lease = None if unread else read()
+            unread = False
             if lease is None:
                 if check_mode:
                     return {"changed": False, "holder": None, "took_over": None, "waited": 0.0}
                 try:
                     made = kube.create(path("leases", namespace=namespace), body())
                     return {"changed": False, "holder": me, "took_over": None, "waited": round(time.monotonic() - started, 1),
-                            "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl)), "version": _version(made)}
+                            "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl)), "version": resource_version(made)}
                 except KubeError as exc:
                     if exc.status == 404:
                         fail(f"taking {where}: namespace {namespace} does not exist")
@@ -159,7 +160,7 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
                     warn(f"took over {where} from {took} ({'its process is gone' if dead else 'it expired'})")
                 # lease and until: what a run interrupted from now on leaves (the left_behind callback)
                 return {"changed": False, "holder": me, "took_over": took, "waited": round(time.monotonic() - started, 1),
-                        "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl)), "version": _version(made)}
+                        "lease": where, "until": _utc(_now() + dt.timedelta(seconds=ttl)), "version": resource_version(made)}
             since = _parse(spec.get("acquireTime"))
             if time.monotonic() - started >= wait:
                 fail(f"locked by {holder} (since {_utc(since)}, until {_utc(expires)}); "
@@ -172,10 +173,6 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
             time.sleep(pause if left_in_run is None else max(0.1, min(pause, left_in_run)))
     except _Done as done:
         return done.result
-
-
-def _version(lease: dict | None) -> str | None:
-    return ((lease or {}).get("metadata") or {}).get("resourceVersion")
 
 
 def release(kube, namespace: str, name: str, me: str, check_mode: bool = False, version: str | None = None) -> dict:

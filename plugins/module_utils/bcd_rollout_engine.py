@@ -29,6 +29,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     path,
     pod_ready,
     pod_state,
+    resource_version,
     selector,
     slim_node,
     slim_pod,
@@ -290,7 +291,7 @@ class Rollout:
 
     def status(self) -> None:
         ds = self.daemonset()
-        self.versions["DaemonSet"] = ((ds or {}).get("metadata") or {}).get("resourceVersion")
+        self.versions["DaemonSet"] = resource_version(ds)
         if ds is None:
             msg = (f"DaemonSet {self.ns}/{self.name} does not exist: adopt the cluster first (adopt-cluster.yml); "
                    "rollout.yml only moves an adopted cluster to a new image")
@@ -343,7 +344,7 @@ class Rollout:
                 refuse += (". Nothing was changed. Fix these (or finish or undo the previous rollout), or run again with "
                            "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
         cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
-        self.versions["ConfigMap"] = ((cm or {}).get("metadata") or {}).get("resourceVersion")
+        self.versions["ConfigMap"] = resource_version(cm)
         previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
         # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled;
         # and only a new pod template replaces pods (a ConfigMap change alone replaces none)
@@ -525,7 +526,7 @@ class Rollout:
             if exc.status == 409:
                 return self.renew(force=True)
             raise
-        self.lease_version = ((renewed or {}).get("metadata") or {}).get("resourceVersion")
+        self.lease_version = resource_version(renewed)
         self.last_renewal = time.monotonic()
         return None
 

@@ -215,6 +215,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     path,
+    resource_version,
     selector,
     slim_pod,
     without_bookkeeping,
@@ -358,7 +359,7 @@ def main() -> None:
             current = api.get(where)
             read[where] = current
             if obj["kind"] != "Namespace":
-                versions[obj["kind"]] = ((current or {}).get("metadata") or {}).get("resourceVersion")
+                versions[obj["kind"]] = resource_version(current)
             if current is None:
                 continue
             surface, warnings, want = _judge(api, obj, current, allowed)
