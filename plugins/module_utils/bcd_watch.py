@@ -107,6 +107,16 @@ class Follow:
         if self._thread is not None:
             self._thread.join(timeout=2)
 
+    def following(self, margin: float = 0.0) -> bool:
+        """Whether the thread still follows, without an error, for more than ``margin`` seconds."""
+        thread = self._thread
+        return (self.error is None and not self._stop.is_set() and thread is not None and thread.is_alive()
+                and self._until > time.monotonic() + margin)
+
+    def hold(self, seconds: float) -> None:
+        """Follow for ``seconds`` from now, whatever limit was set before (:func:`park`)."""
+        self._until = time.monotonic() + seconds
+
     def check(self) -> None:
         """Raise the thread's :class:`KubeError`, if it failed."""
         if self.error is not None:
@@ -244,9 +254,7 @@ def resume(kube: Kube, path: str, query: dict | None, changed: threading.Event) 
     follow = _PARKED.pop(_park_key(kube, path, query), None)
     if follow is None:
         return None
-    thread = follow._thread
-    if (follow.error is not None or follow._stop.is_set() or thread is None or not thread.is_alive()
-            or follow._until <= time.monotonic() + 0.5):  # its thread ends (or ended) at its limit
+    if not follow.following(margin=0.5):  # its thread ends (or ended) at its limit, or failed
         follow.stop()
         return None
     follow.changed = changed
@@ -258,11 +266,10 @@ def park(follow: Follow, grace: float = PARK_GRACE) -> bool:
     """Keep ``follow`` watching up to ``grace`` seconds more for the next module run of the same
     wait in this process (:func:`resume`); stop it instead when modules run in processes of their
     own (nothing would take it over) or its thread has ended. Returns whether it was parked."""
-    thread = follow._thread
-    if not IN_WORKER or follow.error is not None or thread is None or not thread.is_alive():
+    if not IN_WORKER or not follow.following():
         follow.stop()
         return False
-    follow._until = time.monotonic() + grace  # the run that set the earlier limit is ending
+    follow.hold(grace)  # the run that set the earlier limit is ending
     old = _PARKED.pop(_park_key(follow.kube, follow.path, follow.query), None)
     if old is not None and old is not follow:
         old.stop()

@@ -83,8 +83,9 @@ def test_the_daemonset_wait_lists_once_and_returns_as_the_rollout_completes(sand
     seen = RolloutSeen(sandbox)
     seen.start()
     seen.ready.wait(10)
+    # interval 2: without a change, the wait would next look at the DaemonSet 60 s (30 intervals) on
     code, result = run_module("bcd_daemonset_wait", {"config": _config(cpvars), "kubeconfig": str(sandbox.kubeconfig),
-                                                     "timeout": 120})
+                                                     "timeout": 120, "interval": 2})
     returned = time.monotonic()
     seen.join(10)
     assert code == 0 and result["done"], result
@@ -92,9 +93,9 @@ def test_the_daemonset_wait_lists_once_and_returns_as_the_rollout_completes(sand
     # the DaemonSet, its pods and its FailedCreate events listed once each, then only watched
     assert watched["lists"] == 3 and watched["relists"] == 0, watched
     assert watched["watches"] >= 2 and watched["events"] >= 1, watched
-    # it learnt of the completed rollout when it happened, not at a later poll
+    # the change woke it, not its 60 s fallback look: a mechanism, not a speed (make bench has those)
     assert seen.at is not None
-    assert returned - seen.at < 2.5, (returned - seen.at, watched)
+    assert returned - seen.at < 30, (returned - seen.at, watched)
 
 
 # long: on a sandbox up for a few minutes only, the API server was seen to replay the events from
