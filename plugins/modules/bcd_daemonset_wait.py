@@ -15,7 +15,7 @@ description:
     generation, and C(updatedNumberScheduled) and C(numberAvailable) reach
     C(desiredNumberScheduled).
   - It lists the DaemonSet and its pods (label C(app.kubernetes.io/instance=<bcd_name>)) once
-    per module run, then follows both with a watch from that list's C(resourceVersion)
+    per wait (once per module run when each runs in a process of its own), then follows both with a watch from that list's C(resourceVersion)
     (C(allowWatchBookmarks), C(timeoutSeconds) bounded by the time left), so it sees each change
     when it happens and never lists the pods again to find one; it lists again only when the
     server answers C(410 Gone) (the resourceVersion is too old) or the watch drops
@@ -168,11 +168,11 @@ watch:
     - What this module run's lists and watches did - C(lists) (the DaemonSet's, the pods' and the
       DaemonSet's FailedCreate events', one each, plus C(relists)), C(relists) (after C(410 Gone)
       or a dropped watch), C(watches) (watch requests), C(events) (changes seen), C(requests)
-      (Kubernetes API requests in all) and C(resumed) (how many of the pods' and events' follows
-      this run took over from the wait's previous run).
+      (Kubernetes API requests in all) and C(resumed) (how many of the DaemonSet's, the pods' and
+      the events' follows this run took over from the wait's previous run).
     - A follow taken over counts what it did since the wait's first run - run in the controller's
-      worker (the action plugin's default), a wait in several runs lists the pods and events once;
-      in a module process of its own, each run lists them.
+      worker (the action plugin's default), a wait in several runs lists the DaemonSet, the pods and
+      the events once; in a module process of its own, each run lists them.
   returned: always
   type: dict
 """
@@ -315,10 +315,15 @@ def main() -> None:
     try:
         # The DaemonSet and its pods are listed once, then followed by a watch each (bcd_watch):
         # the wait wakes on each change and never lists the pods again to find one.
-        ds_follow = Follow(api, path("daemonsets", namespace=inv.bcd_namespace),
-                           {"fieldSelector": f"metadata.name={inv.bcd_name}"}, changed=changed)
+        # In the controller's worker, the previous slice of this wait left its follows watching
+        # (bcd_watch.park): they are taken over, not listed again.
+        ds_path, ds_query = path("daemonsets", namespace=inv.bcd_namespace), {"fieldSelector": f"metadata.name={inv.bcd_name}"}
+        ds_follow = resume(api, ds_path, ds_query, changed)
+        ds_resumed = ds_follow is not None
+        if ds_follow is None:
+            ds_follow = Follow(api, ds_path, ds_query, changed=changed)
+            ds_follow.start(run_started, thread=False)  # followed once the limit is known
         follows.append(ds_follow)
-        ds_follow.start(run_started, thread=False)  # followed once the limit is known
         ds = next(iter(ds_follow.objects().values()), {})
         if not ds:
             module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], refused=[], waited=0.0)
@@ -329,8 +334,6 @@ def main() -> None:
             until = min(until, run_started + poll_for)
         if rolled_out(ds):
             done(failed_nodes=[])
-        # In the controller's worker, the previous slice of this wait left its pods and events
-        # followed (bcd_watch.park): they are taken over, not listed again.
         pod_path = path("pods", namespace=inv.bcd_namespace)
         pod_query = {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})}
         pod_follow = resume(api, pod_path, pod_query, changed)
@@ -347,8 +350,9 @@ def main() -> None:
             event_follow = Follow(api, event_path, event_query, changed=changed)
         follows.append(event_follow)
         ds_follow.extend(until + 1)
-        ds_follow.start_thread()
-        resumed = int(pod_resumed) + int(event_resumed)
+        if not ds_resumed:
+            ds_follow.start_thread()
+        resumed = int(ds_resumed) + int(pod_resumed) + int(event_resumed)
         for follow, taken_over in ((pod_follow, pod_resumed), (event_follow, event_resumed)):
             if taken_over:
                 follow.extend(until + 1)
@@ -428,7 +432,7 @@ def main() -> None:
             # the counts changed once progress_every passed (a run costs a Python start: ~1 s)
             if poll_for is not None and (in_slice >= poll_for or (
                     counts != first_counts and in_slice >= module.params["progress_every"])):
-                parking = True  # the next slice takes the pods' and events' watches over
+                parking = True  # the next slice takes the watches over
                 done(finished=False, failed_nodes=[])
             wake = [started + timeout, run_started + poll_for if poll_for is not None else now + interval * 30]
             if bad:
@@ -443,7 +447,7 @@ def main() -> None:
                          waited=round(time.monotonic() - started, 1), watch=watched())
     finally:
         for f in follows:
-            if parking and f is not ds_follow:
+            if parking:
                 park(f)
             else:
                 f.stop()

@@ -186,8 +186,8 @@ def test_a_parked_follow_goes_on_watching_for_the_next_slice_of_the_same_wait(sa
 @pytest.mark.usefixtures("adopted")
 def test_the_daemonset_wait_in_several_runs_lists_the_pods_once(sandbox, tmp_path):
     """Through its action plugin (in the controller's worker) a wait longer than one progress
-    slice takes the pods' and events' watches over from slice to slice: one list of the pods
-    for the whole wait, however many progress lines."""
+    slice takes the DaemonSet's, pods' and events' watches over from slice to slice: one list of
+    each for the whole wait, however many progress lines."""
     with sandbox.api_client() as api:
         apps = k8s.AppsV1Api(api)
         before = apps.read_namespaced_daemon_set(NAME, NAMESPACE).spec.min_ready_seconds
@@ -207,6 +207,6 @@ def test_the_daemonset_wait_in_several_runs_lists_the_pods_once(sandbox, tmp_pat
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "waiting for the DaemonSet to roll out" in run.stdout + run.stderr, run.stdout[-3000:]  # several runs
     watched = json.loads((tmp_path / "watched.json").read_text())
-    # the last run took both follows over; the DaemonSet (one object) is listed by each run
-    assert watched["resumed"] == 2, watched
+    # the last run took the DaemonSet's, the pods' and the events' follows over: listed once each
+    assert watched["resumed"] == 3, watched
     assert watched["lists"] == 3 + watched["relists"], watched
