@@ -98,7 +98,8 @@ def merged(res: dict, previous: dict | None) -> dict:
     if not previous:
         return res
     have = {(r["scenario"], r["nodes"]) for r in res["results"]}
-    kept = [dict(r, measured=previous["machine"].get("finished_at")) for r in previous.get("results") or []
+    # a row kept before keeps its own date: it may be older than the previous run
+    kept = [dict(r, measured=r.get("measured") or previous["machine"].get("finished_at")) for r in previous.get("results") or []
             if (r["scenario"], r["nodes"]) not in have]
     if not kept:
         return res
@@ -215,13 +216,21 @@ def generated(res: dict, runs, failed: str | None) -> str:
     ]
     earlier = m.get("earlier")
     if earlier:
-        kept = sorted({(r["scenario"], r["nodes"]) for r in res["results"] if r.get("measured")},
-                      key=lambda k: ((*SCENARIOS, "demo").index(k[0]), k[1]))
+        # merged runs keep rows from several earlier runs: each row says when it was measured
+        kept = sorted((r for r in res["results"] if r.get("measured")),
+                      key=lambda r: (r["measured"], (*SCENARIOS, "demo").index(r["scenario"]), r["nodes"]))
+        by_run: dict[str, list[str]] = {}
+        for r in kept:
+            by_run.setdefault(r["measured"], []).append(f"{r['scenario']} at {r['nodes']}")
+        no_pss = [f"{r['scenario']} at {r['nodes']}" for r in kept
+                  if r["scenario"] in ("adopt", "rollout") and not r.get("peak_pss_mb")]
         eload = earlier.get("load_average_1m") or {}
-        parts += [f"Kept from the run of {earlier.get('finished_at', '?')} (BENCH_MERGE=1; medians of "
+        parts += ["Kept from earlier runs (BENCH_MERGE=1), each row as its run measured it: "
+                  + "; ".join(f"the run of {when}: {', '.join(points)}" for when, points in by_run.items()) + ". "
+                  f"The latest of them ({earlier.get('finished_at', '?')}): medians of "
                   f"{_runs(earlier.get('runs_per_point'))}, 1-minute load min {eload.get('min')}, median "
-                  f"{eload.get('median')}, max {eload.get('max')}; peak PSS not recorded then): "
-                  + ", ".join(f"{s} at {n}" for s, n in kept) + ".", ""]
+                  f"{eload.get('median')}, max {eload.get('max')}."
+                  + (f" Peak PSS was not recorded yet for {', '.join(no_pss)}." if no_pss else ""), ""]
     if failed:
         parts += [f"**The run stopped early:** {failed.splitlines()[0]}", ""]
     demo = next((r for r in res["results"] if r["scenario"] == "demo"), None)

@@ -68,5 +68,8 @@ def test_merge_keeps_the_earlier_points_this_run_did_not_measure():
     assert res["results"][0]["measured"] == "then" and "measured" not in res["results"][1]
     assert res["machine"]["earlier"]["finished_at"] == "then"
     doc = report.generated(res, [], None)
-    assert "Kept from the run of then" in doc and "adopt at 100" in doc
+    assert "the run of then: adopt at 100" in doc and "The latest of them (then)" in doc
+    # a row kept before keeps its own date
+    again = report.merged(report.results([_run("render", "ours", 1), _run("render", "floor", 1)], {}, None, {}), res)
+    assert [r.get("measured") for r in again["results"] if r["scenario"] == "adopt"] == ["then", "now"]
     assert report.table(res).count("\n") == 3  # head, rule, two rows; the old point's PSS shows "-"
