@@ -15,7 +15,8 @@ description:
     generation, and C(updatedNumberScheduled) and C(numberAvailable) reach
     C(desiredNumberScheduled).
   - It lists the DaemonSet and its pods (label C(app.kubernetes.io/instance=<bcd_name>)) once
-    per wait (once per module run when each runs in a process of its own), then follows both with a watch from that list's C(resourceVersion)
+    per wait (once per module run when each runs in a process of its own), then follows both
+    with a watch from that list's C(resourceVersion)
     (C(allowWatchBookmarks), C(timeoutSeconds) bounded by the time left), so it sees each change
     when it happens and never lists the pods again to find one; it lists again only when the
     server answers C(410 Gone) (the resourceVersion is too old) or the watch drops
