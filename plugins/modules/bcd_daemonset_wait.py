@@ -313,18 +313,25 @@ def main() -> None:
                          timeout=timeout, since=since, watch=watched(), refused=refused,
                          refused_at=None if standing.first is None else round(standing.first - started, 1), **kw)
 
+    def take_over(where_path: str, query: dict, **kw) -> tuple[Follow, bool]:
+        """The follow of ``where_path`` that the previous slice of this wait parked, or a new one
+        (not started); and whether it was taken over."""
+        follow = resume(api, where_path, query, changed)
+        taken = follow is not None
+        if follow is None:
+            follow = Follow(api, where_path, query, changed=changed, **kw)
+        follows.append(follow)
+        return follow, taken
+
     try:
         # The DaemonSet and its pods are listed once, then followed by a watch each (bcd_watch):
         # the wait wakes on each change and never lists the pods again to find one.
         # In the controller's worker, the previous slice of this wait left its follows watching
         # (bcd_watch.park): they are taken over, not listed again.
-        ds_path, ds_query = path("daemonsets", namespace=inv.bcd_namespace), {"fieldSelector": f"metadata.name={inv.bcd_name}"}
-        ds_follow = resume(api, ds_path, ds_query, changed)
-        ds_resumed = ds_follow is not None
-        if ds_follow is None:
-            ds_follow = Follow(api, ds_path, ds_query, changed=changed)
+        ds_follow, ds_resumed = take_over(path("daemonsets", namespace=inv.bcd_namespace),
+                                          {"fieldSelector": f"metadata.name={inv.bcd_name}"})
+        if not ds_resumed:
             ds_follow.start(run_started, thread=False)  # followed once the limit is known
-        follows.append(ds_follow)
         ds = next(iter(ds_follow.objects().values()), {})
         if not ds:
             module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], refused=[], waited=0.0)
@@ -335,21 +342,13 @@ def main() -> None:
             until = min(until, run_started + poll_for)
         if rolled_out(ds):
             done(failed_nodes=[])
-        pod_path = path("pods", namespace=inv.bcd_namespace)
         pod_query = {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})}
-        pod_follow = resume(api, pod_path, pod_query, changed)
-        pod_resumed = pod_follow is not None
-        if pod_follow is None:
-            pod_follow = Follow(api, pod_path, pod_query, keep=slim_pod, changed=changed)
+        pod_follow, pod_resumed = take_over(path("pods", namespace=inv.bcd_namespace), pod_query, keep=slim_pod)
+        if not pod_resumed:
             pod_follow.first_version = module.params["watch_from"]
-        follows.append(pod_follow)
         # the pods the API server refuses never exist: only the DaemonSet's events say so
-        event_path, event_query = path("events", namespace=inv.bcd_namespace), events_query(ds["metadata"]["uid"])
-        event_follow = resume(api, event_path, event_query, changed)
-        event_resumed = event_follow is not None
-        if event_follow is None:
-            event_follow = Follow(api, event_path, event_query, changed=changed)
-        follows.append(event_follow)
+        event_follow, event_resumed = take_over(path("events", namespace=inv.bcd_namespace),
+                                                events_query(ds["metadata"]["uid"]))
         ds_follow.extend(until + 1)
         if not ds_resumed:
             ds_follow.start_thread()
