@@ -124,6 +124,9 @@ class Outcome:
     namespace: str
     node_id: str | None = None
     wall: float = 0.0
+    # when the container started, at the latest (epoch seconds): the oldest view of the cluster
+    # the join used (a pass's cached read may predate the attempt)
+    started: float | None = None
 
     def view(self) -> dict:
         return {"node": self.node, "pod": f"{self.namespace}/{self.pod}", "joined": self.ok, "reason": self.reason,
@@ -136,6 +139,11 @@ class Refusal(Exception):
         self.reason = reason
         self.message = message
         super().__init__(f"{reason}: {message}")
+
+
+def _rfc3339(epoch: float) -> str:
+    """``epoch`` (seconds) as a Kubernetes status timestamp (RFC 3339, UTC, whole seconds)."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _opt(cmd: list[str], flag: str) -> str | None:
@@ -253,6 +261,7 @@ class JoinSimulator:
         self.core = None  # made by the watch thread (importing the client is slow)
         self.db_path = db_path
         self._local = threading.local()  # one Store (SQLite connection) per thread
+        self._seen = threading.local()  # the join being played in this thread: what it saw when (_saw)
         self.pki = pki
         self.seed = seed
         self.control_plane_url = control_plane_url.rstrip("/")
@@ -652,6 +661,7 @@ class JoinSimulator:
         """Join the pod's node; with ``init`` (the join container's status while the pod
         initializes) also record the container's exit in the pod's status."""
         meta, node_name = pod["metadata"], pod["spec"]["nodeName"]
+        self._seen.at = time.time()
         try:
             node, rejoined = self._join(pod, container, node_name)
         except Refusal as refusal:
@@ -680,7 +690,7 @@ class JoinSimulator:
             self._event(pod, "Normal", EVENT_JOINED, "joined", message, container.get("name", "join"))
             with self.lock:
                 self.last_ready[node_name] = now
-        outcome.wall = time.time()
+        outcome.wall, outcome.started, self._seen.at = time.time(), self._seen.at, None
         with self.lock:
             self.outcomes[uid] = outcome
         if init is not None and outcome.reason != "Error":
@@ -695,7 +705,9 @@ class JoinSimulator:
 
         meta, name = pod["metadata"], container.get("name", "join")
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        started = ((init.get("state") or {}).get("running") or {}).get("startedAt") or stamp
+        # a retry's container starts when the join is played (KWOK shows only the first run's)
+        began = _rfc3339(outcome.started) if outcome.started is not None else stamp
+        started = min(((init.get("state") or {}).get("running") or {}).get("startedAt") or began, began)
         with self.lock:
             failures, _due = self.backoff.get(uid, (int(init.get("restartCount") or 0)
                                                     + (1 if (init.get("state") or {}).get("waiting") else 0), 0.0))
@@ -802,10 +814,13 @@ class JoinSimulator:
         key = (kind, namespace, name)
         cache = getattr(self, "_cache", None)
         if cache is not None and key in cache:
-            hit = cache[key]
+            hit, read_at = cache[key]
+            self._saw(read_at)
             if isinstance(hit, ApiException):
                 raise hit
             return hit
+        read_at = time.time()
+        self._saw(read_at)
         try:
             if kind == "ConfigMap":
                 obj = self.core.read_namespaced_config_map(name, namespace)
@@ -813,11 +828,19 @@ class JoinSimulator:
                 obj = self.core.read_namespaced_secret(name, namespace)
         except ApiException as exc:
             if cache is not None and exc.status == 404:
-                cache[key] = exc
+                cache[key] = (exc, read_at)
             raise
         if cache is not None:
-            cache[key] = obj
+            cache[key] = (obj, read_at)
         return obj
+
+    def _saw(self, read_at: float) -> None:
+        """Note that the join being played sees the cluster as of ``read_at`` (epoch seconds):
+        its container counts as started then at the latest (``startedAt``), as a kubelet's
+        container that read its mounts when it started."""
+        seen = getattr(self._seen, "at", None)
+        if seen is not None:
+            self._seen.at = min(seen, read_at)
 
     def _check_config(self, pod: dict, container: dict, path: str) -> None:
         try:

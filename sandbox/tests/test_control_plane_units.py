@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import pytest
 import yaml
@@ -390,3 +391,42 @@ def test_each_thread_has_its_own_store_and_spending_stays_exact(tmp_path):
         results = list(pool.map(spend, range(16)))
     assert sorted(why or "joined" for why in results) == ["TokenExhausted"] * 11 + ["joined"] * 5
     assert sim.store.token(tok["id"])["uses"] == 5
+
+
+def test_a_join_that_used_a_cached_read_started_when_that_read_was_made():
+    """A pass reads each ConfigMap and Secret once: a join played later that uses such a read saw
+    the cluster as it was then, so its container's ``startedAt`` is that read's time (a kubelet's
+    container reads its mounts when it starts), never the later time it was played. The wait
+    (bcd_kube.join_failure with ``since``) tells a join that ran before the token existed by it."""
+    from kubernetes.client.rest import ApiException
+
+    from sandbox.control_plane import join
+
+    class Core:
+        def __init__(self):
+            self.status = []
+
+        def read_namespaced_secret(self, name, namespace):
+            raise AssertionError("read from the pass's cache, not the API server")
+
+        def patch_namespaced_pod_status(self, name, namespace, body, **_):
+            self.status.append(body)
+
+    sim = join.JoinSimulator.__new__(join.JoinSimulator)
+    sim.core, sim.lock, sim.backoff, sim._seen = Core(), threading.RLock(), {}, threading.local()
+    sim.seed = types.SimpleNamespace(join_retry_seconds=2.0)
+    earlier = time.time() - 50
+    sim._cache = {("Secret", "bcd-system", "bcd-join"): (ApiException(status=404), earlier)}
+
+    sim._seen.at = time.time()
+    with pytest.raises(ApiException):
+        sim._read("Secret", "bcd-system", "bcd-join")
+    assert sim._seen.at == earlier
+
+    outcome = join.Outcome(False, "NoToken", "no token file", time.monotonic(), "gpu-node-9", "bcd-x1", "bcd-system",
+                           started=earlier)
+    init = {"name": "join", "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 1}
+    sim._exit("u1", _bound_pod(initContainerStatuses=[init]), {"name": "join"}, init, outcome, time.monotonic())
+    (body,) = sim.core.status
+    term = body["status"]["initContainerStatuses"][0]["lastState"]["terminated"]
+    assert term["startedAt"] == join._rfc3339(earlier) < term["finishedAt"], term
