@@ -342,8 +342,10 @@ def join_failure(pod: dict | None, container: str = JOIN_CONTAINER, since: str |
     then, while it restarts with back-off, ``state.waiting`` (``CrashLoopBackOff``) with the
     failed run in ``lastState.terminated``; ``message`` is what bcd wrote to the termination
     log (the refusal's reason). An init container that completed (exit 0) has not failed,
-    whatever its earlier runs did. ``since`` (RFC 3339, UTC): a failure that finished before
-    it does not count (see :func:`join_failed_at`).
+    whatever its earlier runs did. ``since`` (RFC 3339, UTC, whole seconds): a failed run that
+    started in or before that second does not count (see :func:`join_failed_at`): it may have
+    read its mounts before the token existed, and a failure stamped in the same second as
+    ``since`` may predate it.
     """
     for cs in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
         if cs.get("name") != container:
@@ -354,7 +356,7 @@ def join_failure(pod: dict | None, container: str = JOIN_CONTAINER, since: str |
             return None
         for term in (done, (cs.get("lastState") or {}).get("terminated") or {}):
             if term and term.get("exitCode"):
-                if since and (term.get("finishedAt") or "") < since:
+                if since and _run_started(term) <= since:
                     return None
                 text = (term.get("message") or "").strip() or term.get("reason") or "no message"
                 waiting = (state.get("waiting") or {}).get("reason")
@@ -363,8 +365,14 @@ def join_failure(pod: dict | None, container: str = JOIN_CONTAINER, since: str |
     return None
 
 
+def _run_started(term: dict) -> str:
+    """When (RFC 3339) a container's run started (``startedAt``; else when it finished)."""
+    return term.get("startedAt") or term.get("finishedAt") or ""
+
+
 def join_failed_at(pod: dict | None, container: str = JOIN_CONTAINER) -> str | None:
-    """When (RFC 3339) the pod's failed ``bcd join`` last finished, or None when it has not failed.
+    """When (RFC 3339) the pod's last failed ``bcd join`` run started (the container reads its
+    token file when it starts), or None when it has not failed.
 
     A pod on a Node added before its join token existed fails (no token) and then waits out the
     kubelet's back-off (up to 5 minutes) before it tries again: such a failure is stale once a
@@ -377,17 +385,19 @@ def join_failed_at(pod: dict | None, container: str = JOIN_CONTAINER) -> str | N
             state = cs.get("state") or {}
             term = state.get("terminated") if (state.get("terminated") or {}).get("exitCode") else None
             term = term or (cs.get("lastState") or {}).get("terminated") or {}
-            return term.get("finishedAt") or ""
+            return _run_started(term)
     return None
 
 
 def stale_joins(pods: list[dict], since: str) -> list[dict]:
-    """The pods whose ``bcd join`` failed before ``since`` (RFC 3339, UTC: before the token and
-    config a wait is for were in place) and that do not run. Restarted, they try again now rather
-    than after the kubelet's back-off (up to 5 minutes)."""
+    """The pods whose failed ``bcd join`` run started in or before the second of ``since`` (RFC
+    3339, UTC, whole seconds, taken once the token and config a wait is for were in place: such a
+    run may have read its mounts before them) and that do not run. Restarted, they try again now
+    rather than after the kubelet's back-off (up to 5 minutes). :func:`join_failure` with the same
+    ``since`` counts exactly the other failures."""
     out = []
     for pod in pods or []:
         at = join_failed_at(pod)
-        if at is not None and at < since and ((pod or {}).get("status") or {}).get("phase") == "Pending":
+        if at is not None and at <= since and ((pod or {}).get("status") or {}).get("phase") == "Pending":
             out.append(pod)
     return out

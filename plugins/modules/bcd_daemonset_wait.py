@@ -39,9 +39,10 @@ description:
     the refusal has stood for 6 seconds with pods still missing (a quota that has not yet counted a
     deleted pod refuses its replacement for a moment). A refusal that heals by itself (a quota's
     usage or the namespace's ServiceAccount not there yet) is waited out.
-  - A join that failed before the wait began (O(since)) is not a refusal - a Node added before its
-    join token existed fails for want of a token. The wait changes nothing; the role's step before it
-    (role C(bcd_daemonset), C(wait_rollout)) deletes those pods (C(kubernetes.core.k8s),
+  - A join whose failed run started before the wait began, or in the same second (O(since); status
+    times are whole seconds), is not a refusal - a Node added before its join token existed fails
+    for want of a token. The wait changes nothing; the role's step before it
+    (role C(bcd_daemonset), C(restart_stale)) deletes those pods (C(kubernetes.core.k8s),
     C(state=absent)) so that the DaemonSet controller replaces them and they join now rather than
     after the kubelet's back-off (up to 5 minutes); filter C(bcd.kubernetes.bcd_stale_joins) names them.
   - Fails at O(timeout) with the counts, each Node whose pod is not Ready and its state, and the
@@ -66,8 +67,9 @@ options:
     type: float
   since:
     description:
-      - When the wait began (RFC 3339, UTC; default now); a join that failed before is stale, and so is a
-        C(FailedCreate) event last seen before. The role passes the time it read the pods it restarted.
+      - When the wait began (RFC 3339, UTC; default now); a failed join run that started before it or in
+        its second is stale, and so is a C(FailedCreate) event last seen before. The role passes the time
+        it read the pods it restarted, taken once the token existed.
     type: str
   refused_at:
     description: Internal to the action plugin. Seconds into the wait when the refusals of RV(refused) were first seen.

@@ -84,7 +84,8 @@ options:
     default: false
   since:
     description:
-      - With O(refusals), a pod's failed join that finished before this time (RFC 3339, UTC) does not count.
+      - With O(refusals), a pod's failed join run that started before this time (RFC 3339, UTC) or in
+        its second does not count.
       - With O(pods), a container restarted at or after this time is a failure (a restart during the run).
     type: str
   pods:
@@ -324,7 +325,8 @@ def refused_joins(pods: list[dict], names: list[str], known: dict, since: str | 
     """Node name -> why, for each of ``names`` whose join was refused: its bcd pod's ``join``
     init container exited non-zero (the termination message says why), or its bcd node carries
     the condition ``JoinRefused`` in nodes.list. A refusal does not heal by waiting. A pod's
-    failure that finished before ``since`` (RFC 3339) does not count: it may predate the token."""
+    failed run that started before ``since`` (RFC 3339) or in its second does not count: it may
+    predate the token (bcd_kube.join_failure)."""
     newest = pods_by_node(pods)
     out = {}
     for name in names:
