@@ -34,6 +34,9 @@ class Measured:
     load: tuple[float, float] = (0.0, 0.0)
     samples: int = 0
     extra: dict = field(default_factory=dict)
+    # the sample with the peak PSS: seconds after the start, and (PSS MiB, command) per process
+    peak_at: float = 0.0
+    peak_tree: list[tuple[float, str]] = field(default_factory=list)
 
 
 def _children() -> dict[int, list[int]]:
@@ -63,6 +66,17 @@ def tree(root: int) -> list[int]:
     return seen
 
 
+def _command(pid: int) -> str:
+    """The command line of ``pid``, shortened (a module run shows as its AnsiballZ file)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [os.path.basename(a.decode(errors="replace")) if a.startswith(b"/") else a.decode(errors="replace")
+             for a in argv if a]
+    return " ".join(words)[:120] or "?"
+
+
 def _memory(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of ``pid`` in bytes; (0, 0) when it is gone."""
     rss = pss = 0
@@ -86,17 +100,25 @@ class TreeSampler(threading.Thread):
         self.interval = interval
         self.peak_rss = 0
         self.peak_pss = 0
+        self.peak_at = 0.0
+        self.peak_tree: list[tuple[float, str]] = []
         self.samples = 0
+        self.started = time.monotonic()
         self._halt = threading.Event()
 
     def sample(self) -> None:
         rss = pss = 0
+        each = []
         for pid in tree(self.pid):
             r, p = _memory(pid)
             rss += r
             pss += p
+            each.append((pid, p))
         self.peak_rss = max(self.peak_rss, rss)
-        self.peak_pss = max(self.peak_pss, pss)
+        if pss > self.peak_pss:
+            # what held the peak: read the command lines only then (the processes may be gone)
+            self.peak_pss, self.peak_at = pss, time.monotonic() - self.started
+            self.peak_tree = sorted(((p / 2**20, _command(pid)) for pid, p in each), reverse=True)
         self.samples += 1
 
     def run(self) -> None:
@@ -126,7 +148,11 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Pa
     sampler.stop()
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode} after {seconds:.1f}s\n{stdout}\n--- stderr\n{stderr}")
+        peak = "".join(f"#   {mb:7.1f} MiB  {cmd}\n" for mb, cmd in sampler.peak_tree)
+        log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode} after {seconds:.1f}s\n"
+                       f"# peak PSS {sampler.peak_pss / 2**20:.1f} MiB at {sampler.peak_at:.1f}s, by process:\n{peak}"
+                       f"{stdout}\n--- stderr\n{stderr}")
     return Measured(argv=argv, returncode=proc.returncode, seconds=seconds, peak_rss_mb=sampler.peak_rss / 2**20,
                     peak_pss_mb=sampler.peak_pss / 2**20, stdout=stdout, stderr=stderr,
-                    load=(load0, os.getloadavg()[0]), samples=sampler.samples)
+                    load=(load0, os.getloadavg()[0]), samples=sampler.samples, peak_at=sampler.peak_at,
+                    peak_tree=sampler.peak_tree)
