@@ -13,8 +13,8 @@ from collections.abc import Mapping
 _CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
 # Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
 # --limit or after an earlier play failed it, has none of them).
-_RAN_FACTS = ("fleet_failure", "bcd_daemonset_fleet_report", "gpu_stack_fleet_report", "bcd_daemonset_render",
-              "gpu_stack_isolation", "audit_result", "audit_error", *_CLUSTER_FACTS)
+_RAN_FACTS = ("fleet_failure", "bcd_daemonset_fleet_report", "bcd_daemonset_render", "gpu_stack_verify_cluster",
+              "gpu_stack_verify_folder", "audit_result", "audit_error", *_CLUSTER_FACTS)
 
 
 def _get(obj, *keys, default=None):
@@ -55,9 +55,24 @@ def _report_out(hv) -> str | None:
     return str(resolved) if resolved else _raw_report_out(hv)
 
 
+def _isolation_verdict(hv) -> Mapping:
+    """The GPU isolation verdict the host's play registered (role gpu_stack, verify.yml): of the
+    node root folder (bcd_node_root), else of the cluster; {} when neither ran to a verdict."""
+    for key in ("gpu_stack_verify_folder", "gpu_stack_verify_cluster"):
+        res = _get(hv, key)
+        if isinstance(res, Mapping) and not res.get("skipped") and not res.get("failed") and "passed" in res:
+            return res
+    return {}
+
+
 def _adopt(hv, rec, joined_word):
     report = _get(hv, "bcd_daemonset_joined") if _get(hv, "bcd_daemonset_joined", "nodes") is not None else None
-    report = report or _get(hv, "bcd_daemonset_report") or {}
+    # else the per-node report's own read (role bcd_daemonset, report.yml), else the first count
+    # (a run with nothing to do)
+    read = _get(hv, "bcd_daemonset_report_read")
+    if isinstance(read, Mapping) and not read.get("skipped"):
+        report = report or read
+    report = report or _get(hv, "bcd_daemonset_found") or {}
     minted = 1 if _get(hv, "join_token_minted", "id") else 0
     # joined by this run: the nodes the token was for (to_join) that report now, as its uses count
     # them; a node the control plane knew rejoins without a token and is not counted here
@@ -76,7 +91,7 @@ def _adopt(hv, rec, joined_word):
         rec["nodes"] = {"selected": report.get("selected"), "reporting": report.get("reporting"), joined_word: joined}
         rec["detail"] = (f"{report.get('reporting')} of {report.get('selected')} selected node(s) report, "
                          f"{joined} {joined_word} by this run")
-    rec["report"] = _plain(_get(hv, "gpu_stack_fleet_report"))
+    rec["report"] = _plain(_isolation_verdict(hv).get("report"))
 
 
 def _rollout(hv, rec):
@@ -91,13 +106,13 @@ def _rollout(hv, rec):
 
 
 def _isolation(hv, rec):
-    iso = _get(hv, "gpu_stack_isolation") or {}
+    iso = _isolation_verdict(hv)
     nodes = iso.get("nodes") or []
     if nodes or "passed" in iso:
         ok = [n for n in nodes if n.get("verdict") == "isolated"]
         rec["nodes"] = {"selected": len(nodes), "isolated": len(ok)}
         rec["detail"] = f"{len(ok)} of {len(nodes)} node(s) isolated"
-    rec["report"] = _plain(_get(hv, "gpu_stack_fleet_report"))
+    rec["report"] = _plain(iso.get("report"))
 
 
 def _audit(hv, rec):

@@ -14,6 +14,8 @@ from ansible_collections.bcd.kubernetes.plugins.filter.bcd_fleet import (
 )
 
 ISO = {"cluster": "x", "nodes": [{"name": "gpu-node-1", "verdict": "isolated"}]}
+# role gpu_stack registers its verdict (verify.yml): the report inside, as the module returns it
+VERDICT = {"changed": False, "passed": True, "nodes": [{"name": "gpu-node-1", "verdict": "isolated"}], "report": ISO}
 
 
 def adopted(name: str, **more) -> dict:
@@ -22,13 +24,13 @@ def adopted(name: str, **more) -> dict:
             "join_token_minted": {"id": "jt_1", "max_uses": 2}, "bcd_daemonset_missing": ["a", "b"],
             "join_token_revoked": {"revoked": ["jt_1"]}, "join_token_stale": {"revoked": []},
             "bcd_daemonset_joined": {"nodes": [{}, {}], "selected": 2, "reporting": 2},
-            "gpu_stack_fleet_report": ISO, **more}
+            "gpu_stack_verify_folder": {"skipped": True}, "gpu_stack_verify_cluster": VERDICT, **more}
 
 
 def test_adoption_counts_nodes_and_tokens_and_names_the_failure():
     hv = {"east": adopted("east"),
           "west": adopted("west", join_token_stale={"revoked": ["jt_0"]}, bcd_daemonset_joined={},
-                          bcd_daemonset_report={"selected": 2, "reporting": 0},
+                          bcd_daemonset_report_read={"selected": 2, "reporting": 0},
                           fleet_failure={"task": "Wait for every selected node", "msg": "gpu-node-2 did not report"}),
           "idle": {"inventory_hostname": "idle"}}
     recs = bcd_fleet_records(hv, ["east", "west", "idle"], "adopt-cluster")
@@ -67,9 +69,13 @@ def test_rollout_records_what_rolled_and_what_rolled_back():
 
 
 @pytest.mark.parametrize(("playbook", "facts", "detail"), [
-    ("doctor", {"gpu_stack_isolation": {"passed": False, "nodes": [{"verdict": "isolated"}, {"verdict": "exposed"}]}},
+    ("doctor", {"gpu_stack_verify_cluster": {"skipped": True},
+                "gpu_stack_verify_folder": {"passed": False, "nodes": [{"verdict": "isolated"}, {"verdict": "exposed"}]}},
      "1 of 2 node(s) isolated"),
-    ("gpu-stack", {"gpu_stack_isolation": {"passed": True, "nodes": [{"verdict": "isolated"}]}}, "1 of 1 node(s) isolated"),
+    ("gpu-stack", {"gpu_stack_verify_folder": {"skipped": True},
+                   "gpu_stack_verify_cluster": {"passed": True, "nodes": [{"verdict": "isolated"}]}}, "1 of 1 node(s) isolated"),
+    # the verdict task failed: no verdict to count
+    ("doctor", {"gpu_stack_verify_cluster": {"failed": True, "msg": "x"}}, None),
     ("audit", {"audit_cluster": "c", "audit_result": {"results": [{"ok": True}, {"ok": False}]}}, "1 of 2 check(s) failed"),
     ("release-cluster", {"release_cluster_name": "c", "release_cluster_nodes": {"removed": [{}], "already_removed": []}},
      "1 node(s) removed from the control plane"),
