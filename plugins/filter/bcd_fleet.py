@@ -67,12 +67,7 @@ def _isolation_verdict(hv) -> Mapping:
 
 def _adopt(hv, rec, joined_word):
     report = _get(hv, "bcd_daemonset_joined") if _get(hv, "bcd_daemonset_joined", "nodes") is not None else None
-    # else the per-node report's own read (role bcd_daemonset, report.yml), else the first count
-    # (a run with nothing to do)
-    read = _get(hv, "bcd_daemonset_report_read")
-    if isinstance(read, Mapping) and not read.get("skipped"):
-        report = report or read
-    report = report or _get(hv, "bcd_daemonset_found") or {}
+    report = report or _get(hv, "bcd_daemonset_report") or {}
     minted = 1 if _get(hv, "join_token_minted", "id") else 0
     # joined by this run: the nodes the token was for (to_join) that report now, as its uses count
     # them; a node the control plane knew rejoins without a token and is not counted here

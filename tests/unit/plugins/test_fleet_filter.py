@@ -30,7 +30,7 @@ def adopted(name: str, **more) -> dict:
 def test_adoption_counts_nodes_and_tokens_and_names_the_failure():
     hv = {"east": adopted("east"),
           "west": adopted("west", join_token_stale={"revoked": ["jt_0"]}, bcd_daemonset_joined={},
-                          bcd_daemonset_report_read={"selected": 2, "reporting": 0},
+                          bcd_daemonset_report={"selected": 2, "reporting": 0},
                           fleet_failure={"task": "Wait for every selected node", "msg": "gpu-node-2 did not report"}),
           "idle": {"inventory_hostname": "idle"}}
     recs = bcd_fleet_records(hv, ["east", "west", "idle"], "adopt-cluster")
