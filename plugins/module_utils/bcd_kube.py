@@ -347,21 +347,31 @@ def join_failure(pod: dict | None, container: str = JOIN_CONTAINER, since: str |
     read its mounts before the token existed, and a failure stamped in the same second as
     ``since`` may predate it.
     """
+    run = _failed_join_run(pod, container)
+    if run is None:
+        return None
+    cs, term = run
+    if since and _run_started(term) <= since:
+        return None
+    text = (term.get("message") or "").strip() or term.get("reason") or "no message"
+    waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+    tail = f" ({waiting}, {cs.get('restartCount') or 0} restart(s))" if waiting else ""
+    return f"bcd join exited {term['exitCode']}: {text}{tail}"
+
+
+def _failed_join_run(pod: dict | None, container: str) -> tuple[dict, dict] | None:
+    """(the ``bcd join`` container's status, its last failed run: ``state.terminated`` with a
+    non-zero exit, else ``lastState.terminated``), or None when it has not failed or has
+    completed (exit 0) since."""
     for cs in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
         if cs.get("name") != container:
             continue
-        state = cs.get("state") or {}
-        done = state.get("terminated") or {}
+        done = (cs.get("state") or {}).get("terminated") or {}
         if done and not done.get("exitCode"):
             return None
         for term in (done, (cs.get("lastState") or {}).get("terminated") or {}):
             if term and term.get("exitCode"):
-                if since and _run_started(term) <= since:
-                    return None
-                text = (term.get("message") or "").strip() or term.get("reason") or "no message"
-                waiting = (state.get("waiting") or {}).get("reason")
-                tail = f" ({waiting}, {cs.get('restartCount') or 0} restart(s))" if waiting else ""
-                return f"bcd join exited {term['exitCode']}: {text}{tail}"
+                return cs, term
     return None
 
 
@@ -378,15 +388,8 @@ def join_failed_at(pod: dict | None, container: str = JOIN_CONTAINER) -> str | N
     kubelet's back-off (up to 5 minutes) before it tries again: such a failure is stale once a
     token exists, and the pod is restarted rather than waited for.
     """
-    if join_failure(pod, container) is None:
-        return None
-    for cs in ((pod or {}).get("status") or {}).get("initContainerStatuses") or []:
-        if cs.get("name") == container:
-            state = cs.get("state") or {}
-            term = state.get("terminated") if (state.get("terminated") or {}).get("exitCode") else None
-            term = term or (cs.get("lastState") or {}).get("terminated") or {}
-            return _run_started(term)
-    return None
+    run = _failed_join_run(pod, container)
+    return None if run is None else _run_started(run[1])
 
 
 def stale_joins(pods: list[dict], since: str) -> list[dict]:
