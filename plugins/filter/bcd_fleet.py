@@ -103,7 +103,7 @@ def _rollout(hv, rec):
 def _isolation(hv, rec):
     iso = _isolation_verdict(hv)
     nodes = iso.get("nodes") or []
-    if nodes or "passed" in iso:
+    if iso:
         ok = [n for n in nodes if n.get("verdict") == "isolated"]
         rec["nodes"] = {"selected": len(nodes), "isolated": len(ok)}
         rec["detail"] = f"{len(ok)} of {len(nodes)} node(s) isolated"
