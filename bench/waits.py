@@ -1,8 +1,10 @@
 """Time one look of our waits at the bcd pods of a running cluster (``python -m bench.waits``).
 
 A wait (``bcd_daemonset_wait``, ``bcd_nodes`` with ``refusals``/``pods``) follows the bcd pods
-with a watch and, after each change it sees, looks at all of them again: that look is the CPU a
-wait spends per change, and ``bcd_watch.wait_for_change`` spaces the looks by 4 times its length.
+with a watch and, after the changes it sees, looks at all of them again: that look is the CPU a
+wait spends per change, and the waits space the looks by 4 times their length (the DaemonSet wait
+also by 0.2 ms per pod, and it judges again only the pods its watch replaced since its last look:
+``bcd_daemonset_wait.Judge``).
 This reads the pods (and the DaemonSet) once from the cluster of ``KUBECONFIG`` (default the bench
 sandbox's), slims them as the watch keeps them, and times each step of a look, best of
 ``--repeat``, with an optional cProfile of the whole look. Read-only.
@@ -60,7 +62,7 @@ def main() -> int:
     )
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import pod_ready, slim_pod
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pods_by_node
-    from ansible_collections.bcd.kubernetes.plugins.modules.bcd_daemonset_wait import cannot_start, stale
+    from ansible_collections.bcd.kubernetes.plugins.modules.bcd_daemonset_wait import Judge, cannot_start
     from ansible_collections.bcd.kubernetes.plugins.modules.bcd_nodes import refused_joins
 
     t0 = time.perf_counter()
@@ -91,11 +93,21 @@ def main() -> int:
     since = "1970-01-01T00:00:00Z"
     uid = ds["metadata"]["uid"]
 
-    def ds_look():
-        by_node = pods_by_node(pods, uid)
-        stale(by_node, since)
-        cannot_start(by_node, since, ds, None)
-        return [n for n in by_node if not pod_ready(by_node[n])]
+    def ds_look(judge=None):
+        # as bcd_daemonset_wait looks: a Judge keeps each pod's verdict until the watch replaces it
+        judge = judge or Judge(since)
+        judged = judge.by_node(pods, ds)
+        cannot_start({n: p for n, (p, _) in judged.items()}, since, ds, None, judge)
+        return [n for n, (_, v) in judged.items() if not v.ready]
+
+    kept = Judge(since)
+    ds_look(kept)
+    changed_every = 20  # one pod in 20 replaced, as a watch replaces a pod that changed
+
+    def ds_next_look():
+        for i in range(0, len(pods), changed_every):
+            pods[i] = dict(pods[i])
+        return ds_look(kept)
 
     def nodes_look():
         refused = refused_joins(pods, names, {}, since)
@@ -107,13 +119,13 @@ def main() -> int:
     steps = {
         "slim_pod (each pod, as the watch keeps it)": lambda: [slim_pod(p) for p in raw],
         "pods_by_node": lambda: pods_by_node(pods, uid),
-        "stale": lambda: stale(by_node, since),
-        "cannot_start": lambda: cannot_start(by_node, since, ds, None),
+        "cannot_start (every pod judged)": lambda: cannot_start(by_node, since, ds, None),
         "not Ready": lambda: [n for n in by_node if not pod_ready(by_node[n])],
         "refused_joins": lambda: refused_joins(pods, names, {}, since),
         "unhealthy_pods": lambda: unhealthy_pods(names, by_node, since=since),
         "failing_pods": lambda: failing_pods(names, by_node, since),
-        "DaemonSet wait, one look": ds_look,
+        "DaemonSet wait, one look, every pod judged": ds_look,
+        "DaemonSet wait, next look, 1 pod in 20 changed": ds_next_look,
         "node wait, one look": nodes_look,
     }
     ready = sum(1 for p in by_node.values() if pod_ready(p))

@@ -21,6 +21,10 @@ description:
     when it happens and never lists the pods again to find one; it lists again only when the
     server answers C(410 Gone) (the resourceVersion is too old) or the watch drops
     (U(https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes)).
+  - It reads the DaemonSet's counts at each change, and looks at the pods at most every 0.2 ms
+    per pod (once a second at 5,000 pods) and 4 times as long as its last look took, judging
+    again only the pods that changed since - so it takes little of the CPU the API server
+    and the controllers it waits for need.
   - While it waits it fails at once, naming each Node and its pod, when a pod cannot start -
     its C(bcd join) init container exited non-zero (the control plane refused the node, or the
     config is wrong; the termination message says why; seed 000, Apply), or a pod of the
@@ -183,6 +187,7 @@ watch:
 import datetime
 import threading
 import time
+from typing import NamedTuple
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission import (
@@ -192,7 +197,10 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_admission impor
     latest,
     refusals,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import pod_updated
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import (
+    pod_updated,
+    template_generation,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
     join_failure,
@@ -201,6 +209,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     pod_state,
     selector,
     slim_pod,
+    target_node,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
@@ -213,11 +222,11 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     fatal,
     generation_seen,
     newest_revision,
-    pods_by_node,
     revision_hash,
     rolled_out,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import (
+    PACE,
     Follow,
     park,
     resume,
@@ -227,22 +236,94 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import (
 # Seconds to keep looking for other pods that cannot start once one is found.
 BAD_GRACE = 6.0
 COUNTS = ("desiredNumberScheduled", "updatedNumberScheduled", "numberAvailable", "numberReady")
+# Seconds per pod between two looks at the pods (a look at most once a second at 5,000 pods,
+# every few milliseconds at 10): while N pods start, changes come faster than anyone needs them
+# judged. The DaemonSet's counts are read at each change, so a rollout's end is seen at once.
+LOOK_SPACING_PER_POD = 0.0002
 
 
-def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None, revision: str | None = None) -> list[dict]:
+class Verdict(NamedTuple):
+    """What one look of the wait needs to know of one pod (see :class:`Judge`)."""
+
+    node: str | None  # the Node it is for; None when terminating or not the DaemonSet's
+    created: str  # metadata.creationTimestamp (the newest pod of a Node counts)
+    ready: bool  # bcd_kube.pod_ready
+    updated: bool  # of the DaemonSet's current template generation (bcd_health.pod_updated)
+    fatal: str | None  # bcd_rollout.fatal since the wait began
+    refused_since: str | None  # its join failed in a run that started since the wait began
+    refused_any: str | None  # its join failed, at any time
+
+
+class Judge:
+    """The wait's verdict on each pod, worked out once per version of the pod.
+
+    A watch replaces a pod's object at each change it sees (bcd_watch.Follow), so a verdict is
+    kept while the pod is the same object and the DaemonSet's uid and template generation are
+    the same: a look at N pods then judges only the pods that changed since the last look, and
+    at 5,000 pods a look costs a few milliseconds instead of half a second of CPU the cluster
+    being waited for needs. Each verdict holds a reference to its pod, so an id is never reused
+    while it is kept."""
+
+    def __init__(self, since: str):
+        self.since = since
+        self.judged = 0  # pods judged afresh, in all
+        self._kept: dict[int, tuple[dict, tuple, Verdict]] = {}
+
+    def __call__(self, pod: dict, ds: dict | None) -> Verdict:
+        meta = (ds or {}).get("metadata") or {}
+        context = (meta.get("uid"), template_generation(ds))
+        hit = self._kept.get(id(pod))
+        if hit is not None and hit[0] is pod and hit[1] == context:
+            return hit[2]
+        verdict = self._judge(pod, ds, context[0])
+        self._kept[id(pod)] = (pod, context, verdict)
+        self.judged += 1
+        return verdict
+
+    def _judge(self, pod: dict, ds: dict | None, owner_uid: str | None) -> Verdict:
+        meta = pod.get("metadata") or {}
+        node = None if meta.get("deletionTimestamp") else target_node(pod)
+        if owner_uid and not any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or []):
+            node = None
+        return Verdict(node, meta.get("creationTimestamp") or "", pod_ready(pod), pod_updated(pod, ds),
+                       fatal(pod, self.since), join_failure(pod, since=self.since), join_failure(pod))
+
+    def by_node(self, pods: list[dict], ds: dict | None) -> dict[str, tuple[dict, Verdict]]:
+        """Node name -> (the DaemonSet's pod there that is not terminating, the newest if several;
+        its verdict), as bcd_rollout.pods_by_node picks it. Forgets the pods no longer there."""
+        out: dict[str, tuple[dict, Verdict]] = {}
+        for pod in pods:
+            verdict = self(pod, ds)
+            if verdict.node is None:
+                continue
+            held = out.get(verdict.node)
+            if held is None or verdict.created > held[1].created:
+                out[verdict.node] = (pod, verdict)
+        if len(self._kept) > 2 * len(pods) + 64:
+            live = {id(p) for p in pods}
+            self._kept = {k: v for k, v in self._kept.items() if k in live}
+        return out
+
+
+def cannot_start(pods: dict[str, dict], since: str, ds: dict | None = None, revision: str | None = None,
+                 judge: Judge | None = None) -> list[dict]:
     """``[{node, pod, why}]`` for each pod whose join failed since ``since`` or that cannot turn
-    Ready (a join that failed before is stale: see bcd_kube.stale_joins). A pod of an older template
-    than ``ds``'s (its template generation, or ``revision``, the newest ControllerRevision's
-    hash) is left to the DaemonSet controller, which replaces it: a crash there may be what the
-    new template repairs."""
+    Ready (a join that failed before is stale: see bcd_kube.stale_joins), sorted by node. A pod of
+    an older template than ``ds``'s (its template generation, or ``revision``, the newest
+    ControllerRevision's hash) is left to the DaemonSet controller, which replaces it: a crash
+    there may be what the new template repairs. ``judge`` (of the same ``since``) keeps the
+    verdicts from one look to the next."""
+    judge = judge or Judge(since)
     out = []
-    for node, pod in sorted(pods.items()):
-        why = join_failure(pod, since=since)
-        if why is None and join_failure(pod) is None and pod_updated(pod, ds, revision):
-            why = fatal(pod, since)
+    for node, pod in pods.items():
+        verdict = judge(pod, ds)
+        why = verdict.refused_since
+        if why is None and verdict.refused_any is None and verdict.fatal and (
+                verdict.updated if revision is None else pod_updated(pod, ds, revision)):
+            why = verdict.fatal
         if why:
             out.append({"node": node, "pod": pod["metadata"]["name"], "why": f"join refused: {why}" if "bcd join" in why else why})
-    return out
+    return sorted(out, key=lambda b: b["node"])
 
 
 def fix_text(bad: list[dict], namespace: str) -> str:
@@ -289,6 +370,8 @@ def main() -> None:
     since = module.params["since"] or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     first_counts = None
     first_bad = None
+    judge = Judge(since)
+    next_look = 0.0  # monotonic time before which the pods are not looked at again
     revisions: dict[tuple, str | None] = {}  # (DaemonSet uid, generation) -> its newest revision's hash
     changed = threading.Event()
     follows: list[Follow] = []
@@ -361,7 +444,6 @@ def main() -> None:
             else:
                 follow.start(until + 1)
         while True:
-            looked = time.monotonic()
             for f in follows:
                 f.check()
             ds = next(iter(ds_follow.objects().values()), {})
@@ -372,7 +454,18 @@ def main() -> None:
                 done(failed_nodes=[])
             now = time.monotonic()
             late = now - started >= timeout
-            pods = pods_by_node(list(pod_follow.objects().values()), ds["metadata"].get("uid"))
+            if now < next_look and not late:
+                # the pods were looked at a moment ago: only the DaemonSet's counts until then
+                wake = [next_look, started + timeout]
+                if poll_for is not None:
+                    wake.append(run_started + poll_for)
+                changed.wait(max(0.0, min(wake) - now) + 0.01)
+                changed.clear()
+                continue
+            looked = now
+            objects = list(pod_follow.objects().values())
+            judged = judge.by_node(objects, ds)
+            pods = {node: pod for node, (pod, _) in judged.items()}
             desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
             refused = refusals(list(event_follow.objects().values()), ds["metadata"].get("uid"), since, inv.bcd_namespace,
                                want, inv.bcd_priority_class_name)
@@ -385,7 +478,7 @@ def main() -> None:
                     failed_nodes=[], refused=refused, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1), watch=watched())
             revision = None
-            if generation_seen(ds) and any(not pod_updated(p, ds) and fatal(p, since) for p in pods.values()):
+            if generation_seen(ds) and any(not v.updated and v.fatal for _, v in judged.values()):
                 # a failing pod of another template generation may still be current by its hash
                 # (an edit undone, a rollback): the controller has made the newest revision once
                 # it has seen the DaemonSet's generation
@@ -396,13 +489,13 @@ def main() -> None:
                                       {"labelSelector": selector(labels) or None})
                     revisions[key] = revision_hash(newest_revision(listed, key[0]))
                 revision = revisions[key]
-            bad = cannot_start(pods, since, ds, revision)
+            bad = cannot_start(pods, since, ds, revision, judge)
             if bad:
                 first_bad = first_bad or now
             # A refusal rarely comes alone (the same pin or token for every node): give the
             # other pods that are not Ready a few seconds to say so too, then name them all.
             named = {b["node"] for b in bad}
-            waiting_on = [n for n in pods if n not in named and not pod_ready(pods.get(n))]
+            waiting_on = [n for n, (_, v) in judged.items() if n not in named and not v.ready]
             if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
                 lines = "\n".join(
                     f"{b['node']}: {b['why']}" if b["why"].startswith(f"pod {b['pod']} ")
@@ -443,7 +536,9 @@ def main() -> None:
                 wake.append(standing.due())
             if counts != first_counts and poll_for is not None:
                 wake.append(run_started + module.params["progress_every"])
-            wait_for_change(changed, max(0.0, min(wake) - time.monotonic()) + 0.01, spent=time.monotonic() - looked)
+            spent = time.monotonic() - looked
+            next_look = looked + max(PACE * spent, LOOK_SPACING_PER_POD * len(objects))
+            wait_for_change(changed, max(0.0, min(wake) - time.monotonic()) + 0.01)
     except KubeError as exc:
         module.fail_json(msg=f"waiting for {where}: {exc}", status={}, failed_nodes=[], refused=refused,
                          waited=round(time.monotonic() - started, 1), watch=watched())
