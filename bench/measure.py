@@ -10,6 +10,7 @@ among the processes sharing them, so what the tree really holds). Linux only.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import threading
 import time
@@ -37,6 +38,9 @@ class Measured:
     # the sample with the peak PSS: seconds after the start, and (PSS MiB, command) per process
     peak_at: float = 0.0
     peak_tree: list[tuple[float, str]] = field(default_factory=list)
+    # CPU seconds (user + system) of the whole tree: each process counts once its parent has
+    # waited for it, as ansible-playbook waits for its workers and they for their modules
+    cpu_s: float = 0.0
 
 
 def _children() -> dict[int, list[int]]:
@@ -131,9 +135,17 @@ class TreeSampler(threading.Thread):
         self.join()
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's children (and theirs) waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Path | None = None) -> Measured:
-    """Run ``argv``; measure it. Output is captured (and written to ``log`` when given)."""
+    """Run ``argv``; measure it. Output is captured (and written to ``log`` when given). Run one
+    command at a time: the CPU figure is this process's children's, before and after."""
     load0 = os.getloadavg()[0]
+    cpu0 = _children_cpu()
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeSampler(proc.pid)
@@ -145,14 +157,15 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Pa
         stdout, stderr = proc.communicate()
         stderr += f"\nbench: killed after {timeout:g}s"
     seconds = time.monotonic() - started
+    cpu = _children_cpu() - cpu0
     sampler.stop()
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         peak = "".join(f"#   {mb:7.1f} MiB  {cmd}\n" for mb, cmd in sampler.peak_tree)
-        log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode} after {seconds:.1f}s\n"
+        log.write_text(f"$ {' '.join(argv)}\n# exit {proc.returncode} after {seconds:.1f}s, CPU {cpu:.1f}s\n"
                        f"# peak PSS {sampler.peak_pss / 2**20:.1f} MiB at {sampler.peak_at:.1f}s, by process:\n{peak}"
                        f"{stdout}\n--- stderr\n{stderr}")
     return Measured(argv=argv, returncode=proc.returncode, seconds=seconds, peak_rss_mb=sampler.peak_rss / 2**20,
                     peak_pss_mb=sampler.peak_pss / 2**20, stdout=stdout, stderr=stderr,
                     load=(load0, os.getloadavg()[0]), samples=sampler.samples, peak_at=sampler.peak_at,
-                    peak_tree=sampler.peak_tree)
+                    peak_tree=sampler.peak_tree, cpu_s=cpu)

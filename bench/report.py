@@ -61,6 +61,8 @@ def results(runs, probes: dict, cfg, machine: dict) -> dict:
                 "cp_requests": cp,
                 "kube_requests": {"ours": round(_median([r.kube["total"] for r in ours])),
                                   "floor": round(_median([r.kube["total"] for r in floor]))},
+                # CPU seconds of each command's whole process tree (bench.measure); None before it was kept
+                "cpu_s": _cpu(ours, floor),
                 # ours under mitogen's strategy (BENCH_MITOGEN), against the same floor
                 "mitogen": _mitogen_point(mitogen, floor_s),
             })
@@ -89,6 +91,14 @@ def results(runs, probes: dict, cfg, machine: dict) -> dict:
             "mitogen": None,
         })
     return {"results": out, "machine": machine}
+
+
+def _cpu(ours: list, floor: list) -> dict | None:
+    """The median CPU seconds of ours and of the floor, or None when a run did not record it."""
+    if any("cpu_s" not in r.extra for r in ours + floor):
+        return None
+    return {"ours": round(_median([r.extra["cpu_s"] for r in ours]), 1),
+            "floor": round(_median([r.extra["cpu_s"] for r in floor]), 1)}
 
 
 def merged(res: dict, previous: dict | None) -> dict:

@@ -323,6 +323,7 @@ class Bench:
             raise BenchError(f"{scenario} {who} run {index} at {size} nodes failed (exit {m.returncode}); log {log}:\n{tail}")
         run = Run(scenario, size, who, index, round(m.seconds, 2), round(m.peak_rss_mb, 1), round(m.peak_pss_mb, 1),
                   cp, kube, m.load, str(log.relative_to(ROOT)))
+        run.extra["cpu_s"] = round(m.cpu_s, 1)
         polls = re.search(r"after (\d+) poll", m.stdout)
         if polls:
             run.extra["polls"] = int(polls.group(1))
@@ -332,7 +333,7 @@ class Bench:
             run.extra["slowest_tasks"] = lines[:12]
         self.runs.append(run)
         say(f"{scenario:<7} {size:>5} nodes  {who:<5} #{index}: {run.seconds:7.1f}s  peak RSS {run.peak_rss_mb:6.1f} MB"
-            f"  cp {cp['total']:>4}  kube {kube['total']:>5}  (load {m.load[0]:.1f} -> {m.load[1]:.1f})")
+            f"  cp {cp['total']:>4}  kube {kube['total']:>5}  CPU {m.cpu_s:6.1f}s  (load {m.load[0]:.1f} -> {m.load[1]:.1f})")
         return run
 
     def playbook(self, scenario: str, size: int, index: int, playbook: str, *args: str, who: str = "ours") -> Run:
