@@ -465,7 +465,7 @@ def main() -> None:
             looked = now
             objects = list(pod_follow.objects().values())
             judged = judge.by_node(objects, ds)
-            pods = {node: pod for node, (pod, _) in judged.items()}
+            pods = {node: held[0] for node, held in judged.items()}
             desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
             refused = refusals(list(event_follow.objects().values()), ds["metadata"].get("uid"), since, inv.bcd_namespace,
                                want, inv.bcd_priority_class_name)
@@ -478,7 +478,7 @@ def main() -> None:
                     failed_nodes=[], refused=refused, status={k: int((ds.get("status") or {}).get(k) or 0) for k in COUNTS},
                     waited=round(time.monotonic() - started, 1), watch=watched())
             revision = None
-            if generation_seen(ds) and any(not v.updated and v.fatal for _, v in judged.values()):
+            if generation_seen(ds) and any(not held[1].updated and held[1].fatal for held in judged.values()):
                 # a failing pod of another template generation may still be current by its hash
                 # (an edit undone, a rollback): the controller has made the newest revision once
                 # it has seen the DaemonSet's generation
@@ -495,7 +495,7 @@ def main() -> None:
             # A refusal rarely comes alone (the same pin or token for every node): give the
             # other pods that are not Ready a few seconds to say so too, then name them all.
             named = {b["node"] for b in bad}
-            waiting_on = [n for n, (_, v) in judged.items() if n not in named and not v.ready]
+            waiting_on = [n for n, held in judged.items() if n not in named and not held[1].ready]
             if bad and not (waiting_on and now - first_bad < BAD_GRACE and not late):
                 lines = "\n".join(
                     f"{b['node']}: {b['why']}" if b["why"].startswith(f"pod {b['pod']} ")
