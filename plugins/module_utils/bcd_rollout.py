@@ -194,6 +194,17 @@ def rolled_out(ds: dict, at_most: int | None = None) -> bool:
             and int(status.get("numberAvailable") or 0) >= want)
 
 
+def pod_node(pod: dict, owner_uid: str | None = None) -> str | None:
+    """The Node ``pod`` counts for (:func:`target_node`), or None when it is terminating or,
+    with ``owner_uid``, not that DaemonSet's."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    if owner_uid and not any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or []):
+        return None
+    return target_node(pod)
+
+
 def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, dict]:
     """Node name -> the DaemonSet's pod there that is not terminating (the newest if several).
     A pod the scheduler has not placed yet counts for the Node it is for (:func:`target_node`):
@@ -201,10 +212,8 @@ def pods_by_node(pods: list[dict], owner_uid: str | None = None) -> dict[str, di
     out: dict[str, dict] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        node = target_node(pod)
-        if not node or meta.get("deletionTimestamp"):
-            continue
-        if owner_uid and not any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or []):
+        node = pod_node(pod, owner_uid)
+        if not node:
             continue
         if node not in out or (meta.get("creationTimestamp") or "") > (out[node]["metadata"].get("creationTimestamp") or ""):
             out[node] = pod

@@ -209,7 +209,6 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     pod_state,
     selector,
     slim_pod,
-    target_node,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
@@ -222,6 +221,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     fatal,
     generation_seen,
     newest_revision,
+    pod_node,
     revision_hash,
     rolled_out,
 )
@@ -268,10 +268,13 @@ class Judge:
         self.since = since
         self.judged = 0  # pods judged afresh, in all
         self._kept: dict[int, tuple[dict, tuple, Verdict]] = {}
+        self._ds: dict | None = None  # the DaemonSet object the context below is of
+        self._context: tuple = (None, None)
 
     def __call__(self, pod: dict, ds: dict | None) -> Verdict:
-        meta = (ds or {}).get("metadata") or {}
-        context = (meta.get("uid"), template_generation(ds))
+        if ds is not self._ds:  # once per look, not once per pod
+            self._ds, self._context = ds, (((ds or {}).get("metadata") or {}).get("uid"), template_generation(ds))
+        context = self._context
         hit = self._kept.get(id(pod))
         if hit is not None and hit[0] is pod and hit[1] == context:
             return hit[2]
@@ -281,11 +284,7 @@ class Judge:
         return verdict
 
     def _judge(self, pod: dict, ds: dict | None, owner_uid: str | None) -> Verdict:
-        meta = pod.get("metadata") or {}
-        node = None if meta.get("deletionTimestamp") else target_node(pod)
-        if owner_uid and not any(o.get("uid") == owner_uid for o in meta.get("ownerReferences") or []):
-            node = None
-        return Verdict(node, meta.get("creationTimestamp") or "", pod_ready(pod), pod_updated(pod, ds),
+        return Verdict(pod_node(pod, owner_uid), (pod.get("metadata") or {}).get("creationTimestamp") or "", pod_ready(pod), pod_updated(pod, ds),
                        fatal(pod, self.since), join_failure(pod, since=self.since), join_failure(pod))
 
     def by_node(self, pods: list[dict], ds: dict | None) -> dict[str, tuple[dict, Verdict]]:
@@ -459,8 +458,7 @@ def main() -> None:
                 wake = [next_look, started + timeout]
                 if poll_for is not None:
                     wake.append(run_started + poll_for)
-                changed.wait(max(0.0, min(wake) - now) + 0.01)
-                changed.clear()
+                wait_for_change(changed, max(0.0, min(wake) - now) + 0.01)
                 continue
             looked = now
             objects = list(pod_follow.objects().values())
