@@ -74,6 +74,23 @@ options:
         finds (after the refusals; not with O(verify)).
     type: bool
     default: false
+  apply:
+    description:
+      - After the refusals and the takeover, also apply each object of O(objects), in their order - server-side apply
+        (C(PATCH), field manager O(field_manager), forcing conflicts), as role C(bcd_daemonset)'s C(apply) does with
+        C(kubernetes.core.k8s) - one request per object, in this module run (RV(applied)). An apply the API server
+        refuses fails the module, naming the object and quoting the server; the objects before it stay applied.
+      - In check mode each apply is a server-side dry run (C(dryRun=All)); nothing is stored.
+      - Not with O(verify).
+    type: bool
+    default: false
+  annotate_created:
+    description:
+      - With O(apply), annotations to set (a merge patch, field manager O(field_manager)) on each object that was
+        absent when read and that the apply created (RV(created)); not in check mode. adopt-cluster.yml marks a
+        Namespace it created with C(bcd.dev/created-by=bcd-ansible), the only kind release-cluster.yml deletes.
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - bcd.kubernetes.bcd
   - bcd.kubernetes.bcd.api_key_unused
@@ -207,6 +224,19 @@ stands:
       RV(versions) - the module would read the same objects and change nothing.
   returned: always
   type: bool
+applied:
+  description:
+    - With O(apply), one entry per object of O(objects), in their order - C(result) (the object's kind, name and
+      namespace) and C(changed), whether the object as the API server stored it differs from the object as read
+      (without the server's bookkeeping, as RV(dry_run) compares them).
+  returned: with O(apply)
+  type: list
+  elements: dict
+created:
+  description: With O(apply), the objects (C(Kind namespace/name)) that were absent when read and that the apply created.
+  returned: with O(apply)
+  type: list
+  elements: str
 """
 
 import datetime as dt
@@ -331,6 +361,41 @@ def _lines(found: list[dict], manager: str) -> list[str]:
     return out
 
 
+def _where(obj: dict) -> str:
+    meta = obj["metadata"]
+    return path(PLURAL[obj["kind"]], meta["name"], meta.get("namespace") if obj["kind"] != "Namespace" else None)
+
+
+def _apply(module: AnsibleModule, api, manager: str, read: dict[str, dict | None], result: dict) -> None:
+    """Server-side apply each object of O(objects) in order (a dry run in check mode), annotate
+    those it created (O(annotate_created)); fills RV(applied) and RV(created) in ``result``. One
+    request per object: the takeover before it is what kubernetes.core's apply would not do."""
+    result["applied"], result["created"] = [], []
+    dry = {"dryRun": "All"} if module.check_mode else {}
+    done_names: list[str] = []
+    for obj in module.params["objects"]:
+        where = _where(obj)
+        try:
+            stored = api.request("PATCH", where, {"fieldManager": manager, "force": "true", **dry}, obj,
+                                 content_type="application/apply-patch+yaml")
+        except KubeError as exc:
+            module.fail_json(msg=f"applying {_name(obj)} (server-side apply, field manager {manager}): {exc}; "
+                             + (f"applied before it: {', '.join(done_names)}" if done_names else "nothing was applied"), **result)
+        done_names.append(_name(obj))
+        done = _dry_run_result(read.get(where), stored or {})
+        result["applied"].append({"result": done["result"], "changed": done["changed"]})
+        result["changed"] = result["changed"] or done["changed"]
+        if read.get(where) is not None or module.check_mode:
+            continue
+        result["created"].append(_name(obj))
+        if module.params["annotate_created"]:
+            patch = {"metadata": {"annotations": {str(k): str(v) for k, v in module.params["annotate_created"].items()}}}
+            try:
+                api.request("PATCH", where, {"fieldManager": manager}, patch, content_type="application/merge-patch+json")
+            except KubeError as exc:
+                module.fail_json(msg=f"annotating {_name(obj)}, which this run created: {exc}", **result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"config": CONFIG_OPTION, "api_key": API_KEY_OPTION, **KUBE_OPTIONS,
@@ -338,7 +403,10 @@ def main() -> None:
                        "field_manager": {"type": "str", "default": "bcd-ansible"},
                        "refuse": {"type": "bool", "default": True},
                        "verify": {"type": "bool", "default": False},
-                       "dry_run": {"type": "bool", "default": False}},
+                       "dry_run": {"type": "bool", "default": False},
+                       "apply": {"type": "bool", "default": False},
+                       "annotate_created": {"type": "dict", "default": {}}},
+        mutually_exclusive=[("verify", "apply")],
         supports_check_mode=True,
     )
     inv = inventory(module)
@@ -353,8 +421,7 @@ def main() -> None:
     for obj in module.params["objects"]:
         if obj.get("kind") not in PLURAL:
             module.fail_json(msg=f"{obj.get('kind')}: not a kind bcd_field_ownership handles ({', '.join(PLURAL)})")
-        meta = obj["metadata"]
-        where = path(PLURAL[obj["kind"]], meta["name"], meta.get("namespace") if obj["kind"] != "Namespace" else None)
+        where = _where(obj)
         try:
             current = api.get(where)
             read[where] = current
@@ -467,7 +534,7 @@ def main() -> None:
         for obj in module.params["objects"]:
             if obj["kind"] not in ("ConfigMap", "DaemonSet"):
                 continue
-            where = path(PLURAL[obj["kind"]], obj["metadata"]["name"], obj["metadata"].get("namespace"))
+            where = _where(obj)
             dry = dry_runs.get(where)
             if dry is None:
                 try:
@@ -476,6 +543,8 @@ def main() -> None:
                 except KubeError as exc:
                     module.fail_json(msg=f"server-side dry run of the apply of {_name(obj)} (nothing changed): {exc}", **result)
             result["dry_run"].append(_dry_run_result(read.get(where), dry or {}))
+    if module.params["apply"]:
+        _apply(module, api, manager, read, result)
     if module._diff and diffs:
         result["diff"] = diffs
     module.exit_json(**result)
