@@ -86,12 +86,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     inventory,
     kube,
 )
-
-
-def bcd_image(ds: dict | None) -> str | None:
-    """The image of ``ds``'s container named ``bcd``, or None."""
-    containers = (((ds or {}).get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
-    return next((c.get("image") for c in containers if c.get("name") == "bcd"), None) or None
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import container_image
 
 
 def message(ns: str, name: str, live: str, inventory_image: str, mode: str, under_lock: bool) -> str:
@@ -119,7 +114,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     rendered = next((o for o in module.params["objects"] if o.get("kind") == "DaemonSet"), None)
-    if rendered is None or not bcd_image(rendered):
+    if rendered is None or not container_image(rendered):
         module.fail_json(msg="bcd_image_guard: objects holds no DaemonSet with a container named bcd (pass the render's objects)")
     meta = rendered["metadata"]
     inv = inventory(module)
@@ -128,7 +123,7 @@ def main() -> None:
         live = api.get(path("daemonsets", meta["name"], meta["namespace"]))
     except KubeError as exc:
         module.fail_json(msg=f"reading DaemonSet {meta['namespace']}/{meta['name']}: {exc}")
-    live_image, inventory_image = bcd_image(live), bcd_image(rendered)
+    live_image, inventory_image = container_image(live or {}) or None, container_image(rendered)
     result = {"changed": False, "resources": [live] if live else [], "live_image": live_image,
               "inventory_image": inventory_image, "differs": bool(live_image) and live_image != inventory_image}
     if result["differs"]:

@@ -4,7 +4,8 @@ the way out (the sandbox tests run the module against the API server)."""
 
 from __future__ import annotations
 
-from ansible_collections.bcd.kubernetes.plugins.modules.bcd_image_guard import bcd_image, message
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import container_image
+from ansible_collections.bcd.kubernetes.plugins.modules.bcd_image_guard import message
 
 LIVE, INVENTORY = "registry.example/bcd@sha256:" + "a" * 64, "registry.example/bcd@sha256:" + "b" * 64
 
@@ -14,9 +15,9 @@ def ds(*containers: tuple[str, str]) -> dict:
 
 
 def test_the_image_is_the_bcd_containers():
-    assert bcd_image(ds(("sidecar", "x"), ("bcd", LIVE))) == LIVE
-    assert bcd_image(ds(("sidecar", "x"))) is None
-    assert bcd_image(None) is None and bcd_image({}) is None
+    assert container_image(ds(("sidecar", "x"), ("bcd", LIVE))) == LIVE
+    assert container_image(ds(("sidecar", "x"))) is None
+    assert container_image({}) is None
 
 
 def test_the_refusal_names_both_images_and_the_way_out():
