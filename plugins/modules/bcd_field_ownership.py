@@ -370,6 +370,7 @@ def _apply(module: AnsibleModule, api, manager: str, read: dict[str, dict | None
     """Server-side apply each object of O(objects) in order (a dry run in check mode), annotate
     those it created (O(annotate_created)); fills RV(applied) and RV(created) in ``result``. One
     request per object: the takeover before it is what kubernetes.core's apply would not do."""
+    took_over = result["changed"]  # fields other managers set were taken over just before
     result["applied"], result["created"] = [], []
     dry = {"dryRun": "All"} if module.check_mode else {}
     done_names: list[str] = []
@@ -380,7 +381,9 @@ def _apply(module: AnsibleModule, api, manager: str, read: dict[str, dict | None
                                  content_type="application/apply-patch+yaml")
         except KubeError as exc:
             module.fail_json(msg=f"applying {_name(obj)} (server-side apply, field manager {manager}): {exc}; "
-                             + (f"applied before it: {', '.join(done_names)}" if done_names else "nothing was applied"), **result)
+                             + (f"applied before it: {', '.join(done_names)}" if done_names else "nothing was applied")
+                             + (" (the fields other field managers set were taken over first; run again to apply)"
+                                if took_over else ""), **result)
         done_names.append(_name(obj))
         done = _dry_run_result(read.get(where), stored or {})
         result["applied"].append({"result": done["result"], "changed": done["changed"]})
