@@ -166,6 +166,13 @@ class Kube:
                 return False
             raise
 
+    def apply(self, path: str, obj: dict, field_manager: str, dry_run: bool = False):
+        """Server-side apply ``obj`` at ``path`` as ``field_manager``, forcing conflicts (as
+        ``kubectl apply --server-side --force-conflicts``); with ``dry_run``, ``dryRun=All`` (nothing
+        is stored). The object as the API server stored it (or would store it)."""
+        query = {"fieldManager": field_manager, "force": "true", "dryRun": "All" if dry_run else None}
+        return self.request("PATCH", path, query, obj, content_type="application/apply-patch+yaml")
+
     def patch(self, path: str, body: dict, kind: str = "merge", field_manager: str | None = None):
         types = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                  "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}

@@ -455,9 +455,7 @@ class Rollout:
         kind = {"DaemonSet": "daemonsets", "ConfigMap": "configmaps"}[obj["kind"]]
         meta = obj["metadata"]
         try:
-            out = self.kube.request("PATCH", path(kind, meta["name"], meta.get("namespace")),
-                                    {"fieldManager": FIELD_MANAGER, "force": "true"}, obj,
-                                    content_type="application/apply-patch+yaml")
+            out = self.kube.apply(path(kind, meta["name"], meta.get("namespace")), obj, FIELD_MANAGER)
         except KubeError as exc:
             raise KubeError(f"applying {obj['kind']} {meta.get('namespace')}/{meta['name']} (server-side apply, field "
                             f"manager {FIELD_MANAGER}): {exc}", status=exc.status, detail=exc.detail) from None

@@ -255,8 +255,7 @@ def drift(core, obj: dict, cluster: str, allowed: list[str] | None = None) -> di
         found, warnings, covered = _surface(core, live, obj, allowed or [])
     except SurfaceError as exc:
         return result(cluster, check, "", False, f"{where}: its pod surface cannot be judged: {exc}")
-    dry = core.request("PATCH", p, {"fieldManager": FIELD_MANAGER, "force": "true", "dryRun": "All"}, obj,
-                       content_type="application/apply-patch+yaml")
+    dry = core.apply(p, obj, FIELD_MANAGER, dry_run=True)
     before, after = _flat(_comparable(live)), _flat(_comparable(dry))
     ours = _rendered(obj)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k) and ours(k)

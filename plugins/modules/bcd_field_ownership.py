@@ -372,13 +372,11 @@ def _apply(module: AnsibleModule, api, manager: str, read: dict[str, dict | None
     request per object: the takeover before it is what kubernetes.core's apply would not do."""
     took_over = result["changed"]  # fields other managers set were taken over just before
     result["applied"], result["created"] = [], []
-    dry = {"dryRun": "All"} if module.check_mode else {}
     done_names: list[str] = []
     for obj in module.params["objects"]:
         where = _where(obj)
         try:
-            stored = api.request("PATCH", where, {"fieldManager": manager, "force": "true", **dry}, obj,
-                                 content_type="application/apply-patch+yaml")
+            stored = api.apply(where, obj, manager, dry_run=module.check_mode)
         except KubeError as exc:
             module.fail_json(msg=f"applying {_name(obj)} (server-side apply, field manager {manager}): {exc}; "
                              + (f"applied before it: {', '.join(done_names)}" if done_names else "nothing was applied")
@@ -394,7 +392,7 @@ def _apply(module: AnsibleModule, api, manager: str, read: dict[str, dict | None
         if module.params["annotate_created"]:
             patch = {"metadata": {"annotations": {str(k): str(v) for k, v in module.params["annotate_created"].items()}}}
             try:
-                api.request("PATCH", where, {"fieldManager": manager}, patch, content_type="application/merge-patch+json")
+                api.patch(where, patch, kind="merge", field_manager=manager)
             except KubeError as exc:
                 module.fail_json(msg=f"annotating {_name(obj)}, which this run created: {exc}", **result)
 
@@ -511,8 +509,7 @@ def main() -> None:
         if not f["managers"] and not sources:
             continue
         try:
-            dry = api.request("PATCH", f["path"], {"fieldManager": manager, "force": "true", "dryRun": "All"},
-                              f["render"], content_type="application/apply-patch+yaml")
+            dry = api.apply(f["path"], f["render"], manager, dry_run=True)
         except KubeError as exc:
             module.fail_json(msg=f"dry run of the apply of {f['object']}: {exc}", **result)
         dry_runs[f["path"]] = dry
@@ -541,8 +538,7 @@ def main() -> None:
             dry = dry_runs.get(where)
             if dry is None:
                 try:
-                    dry = api.request("PATCH", where, {"fieldManager": manager, "force": "true", "dryRun": "All"}, obj,
-                                      content_type="application/apply-patch+yaml")
+                    dry = api.apply(where, obj, manager, dry_run=True)
                 except KubeError as exc:
                     module.fail_json(msg=f"server-side dry run of the apply of {_name(obj)} (nothing changed): {exc}", **result)
             result["dry_run"].append(_dry_run_result(read.get(where), dry or {}))
