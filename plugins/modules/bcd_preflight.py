@@ -36,7 +36,8 @@ description:
     run on this cluster left behind (RV(leftovers)), read only. Not finding out is not a failure
     here (see RV(leftovers.failed) and RV(leftovers.msg)); the clean-up under the lock looks again.
   - With O(cluster_policies), the GPU operator's ClusterPolicies (C(nvidia.com/v1)), for the
-    gpu_stack role, which then does not read them again.
+    gpu_stack role, which then does not read them again; with O(toolkit_daemonsets) too, the
+    DaemonSets of every namespace that label selector selects (the operator's toolkit), likewise.
   - With O(daemonset), whether the API server admits a pod of it (RV(admission)), as
     M(bcd.kubernetes.bcd_admission) asks - a server-side dry-run create (C(dryRun=All)) of one pod of
     the rendered template, for the first selected Node that does not report (else the first selected
@@ -73,6 +74,13 @@ options:
         is C(gpu-operator); other clusters have none to configure.
     type: bool
     default: false
+  toolkit_daemonsets:
+    description:
+      - With O(cluster_policies) on a C(gpu-operator) cluster, also list the DaemonSets of every namespace
+        this label selector selects (RV(toolkit_daemonsets)) - the GPU operator's toolkit DaemonSet, found
+        by the gpu_stack role's C(gpu_stack_toolkit_daemonset_selector).
+      - Omitted, they are not listed.
+    type: str
   daemonset:
     description:
       - The rendered DaemonSet (the C(DaemonSet) of the C(objects) M(bcd.kubernetes.bcd_manifests) returns);
@@ -212,6 +220,20 @@ cluster_policies:
   returned: O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator)
   type: list
   elements: dict
+toolkit_daemonsets:
+  description:
+    - With O(toolkit_daemonsets) and RV(cluster_policies), the DaemonSets that selector selects, in every namespace.
+      Null when they could not be listed (the gpu_stack role then lists them itself).
+  returned: O(toolkit_daemonsets) and RV(cluster_policies) returned
+  type: dict
+  contains:
+    selector:
+      description: The label selector, O(toolkit_daemonsets) as given.
+      type: str
+    resources:
+      description: The DaemonSets as M(kubernetes.core.k8s_info) returns them in its C(resources), without C(metadata.managedFields).
+      type: list
+      elements: dict
 admission:
   description:
     - With O(daemonset), what M(bcd.kubernetes.bcd_admission) returns as C(admission) (C(probed),
@@ -267,7 +289,8 @@ CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
 
 
 def slim_policy(policy: dict) -> dict:
-    """A ClusterPolicy without its managedFields (what k8s_info would return, minus the noise)."""
+    """An object (a ClusterPolicy, a DaemonSet) without its managedFields (what k8s_info would
+    return, minus the noise)."""
     meta = {k: v for k, v in (policy.get("metadata") or {}).items() if k != "managedFields"}
     return {**policy, "metadata": meta}
 
@@ -341,6 +364,7 @@ def main() -> None:
             "cluster": {"type": "str"},
             "run": {"type": "str"},
             "cluster_policies": {"type": "bool", "default": False},
+            "toolkit_daemonsets": {"type": "str"},
             "daemonset": {"type": "dict"},
         },
         required_together=[("cluster", "run")],
@@ -353,7 +377,9 @@ def main() -> None:
     cps = [control_plane(module, inv) for _client in range(4 if p["cluster"] else 3)]
     # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
     p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
-    kubes = [kube(module, inv) for _client in range(3 + bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"]))]
+    toolkit = p["toolkit_daemonsets"] if p["cluster_policies"] else None
+    kubes = [kube(module, inv) for _client in range(3 + bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"])
+                                                    + (toolkit is not None))]
     free_cps, free_kubes = list(cps), list(kubes)
     calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
     k_nodes, k_ns = free_kubes.pop(), free_kubes.pop()
@@ -368,6 +394,10 @@ def main() -> None:
     if p["cluster_policies"]:
         k_pol = free_kubes.pop()
         calls["cluster_policies"] = lambda: read_policies(k_pol)
+    if toolkit is not None:
+        k_tk = free_kubes.pop()
+        calls["toolkit_daemonsets"] = lambda: [slim_policy(d) for d in k_tk.list(path("daemonsets"),
+                                                                                 {"labelSelector": toolkit or None})]
     if p["daemonset"]:
         k_ds = free_kubes.pop()
         calls["daemonset"] = lambda: k_ds.get(path("daemonsets", inv.bcd_name, inv.bcd_namespace))
@@ -431,6 +461,11 @@ def main() -> None:
             result["cluster_policies"] = out.take("cluster_policies")
         except KubeError:
             result["cluster_policies"] = None
+    if toolkit is not None:
+        try:
+            result["toolkit_daemonsets"] = {"selector": toolkit, "resources": out.take("toolkit_daemonsets")}
+        except KubeError:
+            result["toolkit_daemonsets"] = None
     if asked is not None:
         result["admission"] = asked
     result["requests"] = {"control_plane": sum(c.requests for c in cps), "kubernetes": sum(k.requests for k in kubes)}

@@ -464,6 +464,22 @@ def test_gpu_stack_waits_for_the_toolkit_daemonset(sandbox, api):
         run = run_playbook("gpu-stack.yml", "-e", "gpu_stack_toolkit_rollout_timeout=10")
         assert run.returncode != 0
         assert "Wait for the toolkit DaemonSet to roll out with the variable false" in run.stdout
+        # the failure names the DaemonSet and what it lacks, not only the task
+        assert (f"DaemonSet gpu-operator/nvidia-container-toolkit-daemonset has a pod template that does not set {ENV} "
+                "(kubectl -n gpu-operator rollout status daemonset/nvidia-container-toolkit-daemonset)") in run.stdout, run.stdout[-3000:]
+
+        # adopt-cluster.yml: its preflight lists the toolkit DaemonSets (the ClusterPolicy has bcd's
+        # values, so the gpu_stack role does not list them again) and the wait still judges them,
+        # before any token exists
+        run = run_playbook("adopt-cluster.yml", "-e", "gpu_stack_toolkit_rollout_timeout=10",
+                           env={"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true"})
+        assert run.returncode != 0, run.stdout[-3000:]
+        find = run.stdout.split("Find the operator's toolkit DaemonSet (unless the caller's preflight just did)", 1)[1]
+        assert find.split("\n", 1)[1].split("TASK [", 1)[0].strip().startswith("skipping: [sandbox]"), find[:500]
+        assert "failed at Name each toolkit DaemonSet that did not roll out, and why" in run.stdout, run.stdout[-3000:]
+        assert f"nvidia-container-toolkit-daemonset has a pod template that does not set {ENV}" in run.stdout
+        assert "item=gpu-operator/nvidia-container-toolkit-daemonset" in run.stdout, run.stdout[-6000:]
+        assert "Mint" not in run.stdout.split("Wait for the toolkit DaemonSet", 1)[1].split("PLAY RECAP", 1)[0]
     finally:
         apps.delete_namespaced_daemon_set("nvidia-container-toolkit-daemonset", "gpu-operator")
 
