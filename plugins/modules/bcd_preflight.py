@@ -231,7 +231,7 @@ toolkit_daemonsets:
       description: The label selector, O(toolkit_daemonsets) as given.
       type: str
     resources:
-      description: The DaemonSets as M(kubernetes.core.k8s_info) returns them in its C(resources), without C(metadata.managedFields).
+      description: The DaemonSets as C(kubernetes.core.k8s_info) returns them in its C(resources), without C(metadata.managedFields).
       type: list
       elements: dict
 admission:
