@@ -216,3 +216,33 @@ def test_adopt_again(sandbox, released_from, cp, cpvars):
     gpu = sandbox.gpu_node_names()
     assert all(nodes[h]["state"] == "adopting" for h in gpu)
     assert set(bcd_labels(sandbox)) == set(gpu)
+
+
+def test_a_pod_that_stays_stops_the_release_naming_it(sandbox, released_from):
+    """A bcd pod a finalizer holds outlives the DaemonSet: the release stops at its wait naming the
+    pod, its Node and the finalizer, and what it has not done yet; once the pod goes, a second run
+    completes. The cluster is adopted again after, as the other tests leave it."""
+    with sandbox.api_client() as api:
+        core = k8s.CoreV1Api(api)
+        pod = core.list_namespaced_pod(NS).items[0]
+        name, node = pod.metadata.name, pod.spec.node_name
+        core.patch_namespaced_pod(name, NS, {"metadata": {"finalizers": ["example.com/hold"]}})
+        try:
+            run = release("-e", "bcd_release_confirm=sandbox", "-e", '{"release_cluster_delete_timeout": 4}')
+            assert run.returncode != 0, run.stdout[-3000:]
+            flat = " ".join(run.stdout.split())
+            assert f"1 pod(s) of DaemonSet {NS}/bcd are still there 4s after its deletion" in run.stdout.replace("\n        ", " ")
+            assert (f"1 pod(s) of DaemonSet {NS}/bcd are still there 4s after its deletion "
+                    f"(release_cluster_delete_timeout): pod {name} on Node {node}, deleted at ") in flat, flat[-3000:]
+            assert "finalizers example.com/hold" in flat
+            assert "Not done: the ConfigMap, the bcd.dev/* Node labels" in flat
+            # foreground deletion: the DaemonSet goes once its pods have
+            assert daemonset(sandbox).metadata.deletion_timestamp is not None
+            assert bcd_labels(sandbox)  # not removed yet: the run stopped before
+        finally:
+            core.patch_namespaced_pod(name, NS, {"metadata": {"finalizers": None}})
+    run = release("-e", "bcd_release_confirm=sandbox")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert bcd_labels(sandbox) == {} and daemonset(sandbox) is None
+    run = run_playbook("adopt-cluster.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
