@@ -573,8 +573,8 @@ class Rollout:
         strategy = ({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": rolling, "maxSurge": 0}}
                     if rolling is not None else {"type": "OnDelete", "rollingUpdate": None})
         spec = {"updateStrategy": strategy, **({"minReadySeconds": min_ready} if min_ready is not None else {})}
-        out = self.kube.request("PATCH", path("daemonsets", self.name, self.ns), {"fieldManager": f"{FIELD_MANAGER}-rollout"},
-                                {"spec": spec}, content_type="application/merge-patch+json")
+        out = self.kube.patch(path("daemonsets", self.name, self.ns), {"spec": spec}, kind="merge",
+                              field_manager=f"{FIELD_MANAGER}-rollout")
         self.did_change = True
         return int(((out or {}).get("metadata") or {}).get("generation") or 0)
 

@@ -525,7 +525,7 @@ def main() -> None:
             patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
                      {"op": "replace", "path": "/metadata/managedFields", "value": entries}]
             try:
-                api.request("PATCH", f["path"], {"fieldManager": manager}, patch, content_type="application/json-patch+json")
+                api.patch(f["path"], patch, kind="json", field_manager=manager)
             except KubeError as exc:
                 module.fail_json(msg=f"taking over the fields of {f['object']} (changed meanwhile? run again): {exc}", **result)
         result["changed"] = True

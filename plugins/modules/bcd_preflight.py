@@ -288,17 +288,17 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_token import le
 CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
 
 
-def slim_policy(policy: dict) -> dict:
-    """An object (a ClusterPolicy, a DaemonSet) without its managedFields (what k8s_info would
+def without_managed_fields(obj: dict) -> dict:
+    """``obj`` (a ClusterPolicy, a DaemonSet) without its managedFields (what k8s_info would
     return, minus the noise)."""
-    meta = {k: v for k, v in (policy.get("metadata") or {}).items() if k != "managedFields"}
-    return {**policy, "metadata": meta}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
 
 
 def read_policies(k) -> list[dict] | None:
     """The ClusterPolicies; [] when the kind does not exist (no GPU operator: 404)."""
     try:
-        return [slim_policy(p) for p in k.list(CLUSTER_POLICIES)]
+        return [without_managed_fields(p) for p in k.list(CLUSTER_POLICIES)]
     except KubeError as exc:
         if exc.status == 404:
             return []
@@ -396,8 +396,8 @@ def main() -> None:
         calls["cluster_policies"] = lambda: read_policies(k_pol)
     if toolkit is not None:
         k_tk = free_kubes.pop()
-        calls["toolkit_daemonsets"] = lambda: [slim_policy(d) for d in k_tk.list(path("daemonsets"),
-                                                                                 {"labelSelector": toolkit or None})]
+        calls["toolkit_daemonsets"] = lambda: [without_managed_fields(d) for d in
+                                               k_tk.list(path("daemonsets"), {"labelSelector": toolkit or None})]
     if p["daemonset"]:
         k_ds = free_kubes.pop()
         calls["daemonset"] = lambda: k_ds.get(path("daemonsets", inv.bcd_name, inv.bcd_namespace))
