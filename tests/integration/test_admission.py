@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.reliability.harness import INVENTORY_IMAGE, Runner, Trigger, World
+from tests.reliability.harness import INVENTORY_IMAGE, Runner, Trigger, World, paused
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("unadopted")]
 
@@ -193,7 +193,8 @@ def test_a_quota_added_after_the_preflight_fails_the_wait_within_seconds(sandbox
     runner = Runner(reliability)
     before = {t["id"] for t in world.tokens()}
     n = len(world.gpu_nodes())
-    add = Trigger("Mint a hosted join token into its Secret", lambda _run: quota(sandbox, "crit", 0))
+    # the run waits while the quota is added: else a slow kubectl lets the DaemonSet's pods in first
+    add = Trigger("Mint a hosted join token into its Secret", paused(lambda _run: quota(sandbox, "crit", 0)))
     try:
         wall, mono = time.time(), time.monotonic()
         run = runner.run("adopt-cluster.yml", triggers=[add])

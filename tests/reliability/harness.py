@@ -226,6 +226,44 @@ def send(sig: signal.Signals) -> Callable[[Run], None]:
     return action
 
 
+def paused(action: Callable[[Run], None]) -> Callable[[Run], None]:
+    """A trigger action that runs ``action`` with the run stopped (SIGSTOP to ansible-playbook and
+    every process it started, SIGCONT after): a change made "during" a task lands before the run's
+    next request, however slow the machine. Without it, the run races the action."""
+
+    def tree(run: Run) -> list[int]:
+        table = _proc_table()
+        known, changed = {run.pid}, True
+        while changed:
+            changed = False
+            for pid, (ppid, _ticks) in table.items():
+                if ppid in known and pid not in known:
+                    known.add(pid)
+                    changed = True
+        return sorted(known)
+
+    def signal_all(pids: list[int], sig: signal.Signals) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def wrapped(run: Run) -> None:
+        stopped: list[int] = []
+        try:
+            # twice: a process forked while the first pass ran is stopped by the second
+            for _ in range(2):
+                pids = [p for p in tree(run) if p not in stopped]
+                signal_all(pids, signal.SIGSTOP)
+                stopped += pids
+            action(run)
+        finally:
+            signal_all(stopped, signal.SIGCONT)
+
+    return wrapped
+
+
 def reap(run: Run, grace: float = 10.0) -> list[int]:
     """After a run died by a signal: wait up to ``grace`` seconds for the processes it left
     (workers, module processes) to end by themselves, then SIGKILL those that remain (each by
