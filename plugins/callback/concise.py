@@ -47,6 +47,16 @@ def _fold(text: str) -> str:
     return " ".join(text.split())
 
 
+def _failure(res: dict) -> str:
+    """What a failed result says: its message; for an until-loop that ran out of attempts without
+    one (ansible-core then supplies "Unknown error."), how many attempts it made."""
+    msg = str(res.get("msg") or res.get("reason") or "")
+    tries = res.get("attempts")
+    if tries and (not msg or msg.endswith("Unknown error.")):
+        return f"its condition did not hold after {tries} attempt(s) (-v shows its whole result)"
+    return msg or "failed (-v shows its whole result)"
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -109,6 +119,21 @@ class CallbackModule(DefaultCallback):
         if not self._quiet():
             super().v2_playbook_on_include(included_file)
 
+    def v2_runner_item_on_failed(self, result):
+        # an item's whole result can be a whole object (an until-loop of k8s_info); the message,
+        # or the attempts made, says what failed, and the task's rescue says why: -v shows it all
+        if not self._quiet():
+            return super().v2_runner_item_on_failed(result)
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        res = result.result
+        res.pop("exception", None)
+        self._handle_warnings_and_exception(result)
+        msg = _failure(res)
+        self._display.display(f"failed: [{self.host_label(result)}] (item={self._get_item_label(res)}): {_fold(msg)}",
+                              color=C.COLOR_ERROR, stderr=self.get_option("display_failed_stderr"))
+        return None
+
     def v2_runner_on_failed(self, result, ignore_errors=False):
         res = result.result
         if not self._quiet() or (result.task.loop and "results" in res):
@@ -118,7 +143,7 @@ class CallbackModule(DefaultCallback):
         # the [ERROR] line repeats the message with the task's source: -v shows it
         res.pop("exception", None)
         self._handle_warnings_and_exception(result)
-        msg = str(res.get("msg") or res.get("reason") or "failed (-v shows its whole result)")
+        msg = _failure(res)
         host = result.host.get_name()
         folded, shown = _fold(msg), msg
         for earlier in self._failures.get(host, []):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -479,6 +480,10 @@ def test_gpu_stack_waits_for_the_toolkit_daemonset(sandbox, api):
         assert "failed at Name each toolkit DaemonSet that did not roll out, and why" in run.stdout, run.stdout[-3000:]
         assert f"nvidia-container-toolkit-daemonset has a pod template that does not set {ENV}" in run.stdout
         assert "item=gpu-operator/nvidia-container-toolkit-daemonset" in run.stdout, run.stdout[-6000:]
+        # the failed item is one line, not the DaemonSet it read at every attempt
+        assert re.search(r"failed: \[sandbox\] \(item=gpu-operator/nvidia-container-toolkit-daemonset\): its condition did "
+                         r"not hold after \d+ attempt\(s\) \(-v shows its whole result\)", run.stdout), run.stdout[-6000:]
+        assert "nvcr.io/nvidia/k8s/container-toolkit" not in run.stdout, run.stdout[-6000:]
         assert "Mint" not in run.stdout.split("Wait for the toolkit DaemonSet", 1)[1].split("PLAY RECAP", 1)[0]
     finally:
         apps.delete_namespaced_daemon_set("nvidia-container-toolkit-daemonset", "gpu-operator")
