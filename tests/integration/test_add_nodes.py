@@ -9,6 +9,7 @@ molecule scenario `rollout` runs it too, after a rollout.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -109,3 +110,39 @@ def test_a_token_ttl_shorter_than_the_join_wait_warns_before_minting(sandbox, cp
     joined = run_playbook("add-nodes.yml")
     assert joined.returncode == 0, joined.stdout[-3000:]
     assert "bcd_token_ttl (" not in joined.stdout + joined.stderr, "the default TTL (1 h) outlasts the default wait"
+
+
+def bcd_pod(sandbox, node: str) -> dict | None:
+    """The bcd pod on ``node`` (the newest, if two are there for a moment), or None."""
+    pods = json.loads(sandbox.kubectl("get", "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd",
+                                      "--field-selector", f"spec.nodeName={node}", "-o", "json").stdout)["items"]
+    return max(pods, key=lambda p: p["metadata"]["creationTimestamp"]) if pods else None
+
+
+def test_a_pod_whose_join_failed_before_the_token_is_restarted_not_waited_for(sandbox, cp, cpvars):
+    """A Node added with no token: its bcd pod's join fails (NoToken) and backs off, as a kubelet's
+    does (up to 5 minutes on a real node). add-nodes.yml mints, then deletes that pod once (its uid
+    as precondition) so that its replacement joins now; the other Nodes' pods stay as they are."""
+    others = {n: bcd_pod(sandbox, n)["metadata"]["uid"] for n in sandbox.gpu_node_names()}
+    (new,) = sandbox.add_nodes(1)
+    deadline = time.monotonic() + 90
+    while True:  # failed at least twice: the join container now waits out a back-off
+        pod = bcd_pod(sandbox, new)
+        statuses = ((pod or {}).get("status") or {}).get("initContainerStatuses") or []
+        term = ((statuses[0].get("lastState") or {}).get("terminated") or {}) if statuses else {}
+        if term.get("exitCode") and "NoToken" in (term.get("message") or "") and statuses[0].get("restartCount", 0) >= 2:
+            break
+        assert time.monotonic() < deadline, f"the bcd pod on {new} did not fail its join for want of a token: {pod}"
+        time.sleep(1)
+    stale = pod["metadata"]
+
+    run = run_playbook("add-nodes.yml")
+    flat = " ".join(run.stdout.split())
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert reporting(cp, cpvars).get(new) in ("adopting", "ready"), new
+    # restarted once, by name, and said so
+    assert "Restart each bcd pod whose join failed before the token existed" in run.stdout, run.stdout[-4000:]
+    assert f"changed: [sandbox] => (item={stale['name']})" in flat, run.stdout[-4000:]
+    assert bcd_pod(sandbox, new)["metadata"]["uid"] != stale["uid"], "the stale pod was replaced"
+    # a pod whose join did not fail is never restarted
+    assert {n: bcd_pod(sandbox, n)["metadata"]["uid"] for n in others} == others
