@@ -44,12 +44,15 @@ EXTRA_NODE_LABEL = "bcd-reliability/extra"
 @dataclass
 class Trigger:
     """Call ``action(run)`` once, ``delay`` seconds after the first banner of a task whose name
-    contains ``task`` (case-sensitive), counting the ``nth`` such banner (1 = the first)."""
+    contains ``task`` (case-sensitive), counting the ``nth`` such banner (1 = the first).
+    ``required``: a run in which it never fired fails the test (a renamed task would otherwise
+    leave a fault test that injects nothing and passes)."""
 
     task: str
     action: Callable[[Run], None]
     delay: float = 0.0
     nth: int = 1
+    required: bool = True
     fired_at: float | None = None
     seen: int = 0
 
@@ -142,6 +145,10 @@ class Runner:
             run.ended = time.monotonic()
         if timed_out:
             raise AssertionError(f"{playbook} {' '.join(args)}: no end within {timeout}s:\n{run.tail()}")
+        missed = [f"{t.task!r} (banner {t.nth})" for t in triggers if t.required and t.fired_at is None]
+        if missed:
+            raise AssertionError(f"{playbook} {' '.join(args)}: no task banner matched the trigger(s) {', '.join(missed)} "
+                                 f"(exit {run.returncode}):\n{run.tail()}")
         self.history.append(run)
         if self.recorder is not None:
             self.recorder.runs += 1

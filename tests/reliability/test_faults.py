@@ -1,8 +1,8 @@
 """Faults, from the control plane and from the Kubernetes side, in the middle of adopt-cluster.yml.
 
 Faults are set through the emulator's admin endpoint when the run reaches a task (the trigger
-fires on the task's banner; a fault meant for a call is set one task early, so it is in place
-when the call is made). Each run ends in success, or in a failure that names its cause with the
+fires on the task's banner; a fault meant for a call is set one task early, with the run stopped
+meanwhile, so it is in place when the call is made; a trigger that never fires fails the test). Each run ends in success, or in a failure that names its cause with the
 token revoked and the Secret deleted; where the cleanup itself could not reach the control plane
 or the cluster, the next run revokes what is left, deletes the Secret and completes.
 
@@ -24,13 +24,16 @@ from tests.reliability.harness import (
     World,
     apiserver_down,
     apiserver_up,
+    paused,
 )
 
 pytestmark = pytest.mark.sandbox
 
 
 def fault(world: World, spec: dict):
-    return lambda run: world.admin.set_faults(spec)
+    """A trigger action that sets the emulator's faults, the run stopped meanwhile (its next
+    request meets them, however slow the machine)."""
+    return paused(lambda run: world.admin.set_faults(spec))
 
 
 def new_tokens(world: World, before: set[str]) -> list[dict]:
@@ -57,7 +60,7 @@ def test_bursts_of_503_and_429_are_retried_with_backoff_and_retry_after(ready, r
     world.admin.set_faults({"errorCount": 2, "errorStatus": 503, "procedures": ["discovery"]})
     since = time.time()
     run = runner.run("adopt-cluster.yml", triggers=[
-        Trigger("Note the nodes to join", fault(world, {"errorCount": 2, "errorStatus": 429, "retryAfter": 2,
+        Trigger("Mint the join token into its Secret", fault(world, {"errorCount": 2, "errorStatus": 429, "retryAfter": 2,
                                                         "procedures": ["joinTokens.create"]})),
         Trigger("Apply the ConfigMap and the DaemonSet", fault(world, {"errorCount": 3, "errorStatus": 503,
                                                                        "procedures": ["nodes.list"]})),
@@ -100,7 +103,7 @@ def test_control_plane_down_for_a_while_is_waited_out(ready, runner, reliability
     world.forget()
     before = {t["id"] for t in world.ours()}
     run = runner.run("adopt-cluster.yml", triggers=[
-        Trigger("Note the nodes to join", fault(world, {"outageSeconds": 15, "outageMode": "reset"}))])
+        Trigger("Mint the join token into its Secret", fault(world, {"outageSeconds": 15, "outageMode": "reset"}))])
     assert run.returncode == 0, run.tail()
     assert_clean_and_joined(world)
     minted = new_tokens(world, before)
@@ -260,7 +263,7 @@ def test_latency_slows_but_does_not_break_the_run(ready, runner, reliability):
 
 @pytest.mark.long
 @pytest.mark.parametrize("mode", ["hang", "reset"])
-@pytest.mark.parametrize("at", ["Note the nodes to join", "Apply the ConfigMap and the DaemonSet",
+@pytest.mark.parametrize("at", ["Mint the join token into its Secret", "Apply the ConfigMap and the DaemonSet",
                                 "Revoke the token and delete the Secret"])
 def test_control_plane_down_for_a_while_at_each_call(mode, at, ready, runner, reliability):
     """Outages of 20 s (requests held unanswered, or connections reset) before the mint, the
