@@ -81,6 +81,28 @@ def holder_identity(run: str) -> str:
     return f"{user}@{socket.gethostname()} pid={_playbook_pid()} run={run}"
 
 
+def left_lock(kube, namespace: str, name: str) -> dict | None:
+    """The lock Lease ``namespace/name`` when an earlier run left it behind, read only: expired,
+    or held by a process on this host that no longer runs (the two :func:`acquire` takes over at
+    once). Returns ``{lease, holder, until, why}`` (``until``: its expiry, UTC), or None when
+    there is no Lease or its holder may still be working. Raises ``KubeError`` when it cannot be
+    read."""
+    lease = kube.get(path("leases", name, namespace))
+    spec = (lease or {}).get("spec") or {}
+    holder = spec.get("holderIdentity") or ""
+    if not holder:
+        return None
+    renew = _parse(spec.get("renewTime") or spec.get("acquireTime"))
+    expires = renew + dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 0) if renew else None
+    if expires is None or expires < _now():
+        why = "expired"
+    elif _alive_here(holder) is False:
+        why = "its process on this host is gone"
+    else:
+        return None
+    return {"lease": f"Lease {namespace}/{name}", "holder": holder, "until": _utc(expires), "why": why}
+
+
 class _Done(Exception):
     def __init__(self, result: dict):
         super().__init__(result.get("msg", ""))

@@ -212,6 +212,14 @@ leftovers:
       description: Those tokens - C(id), C(description), C(createdAt).
       type: list
       elements: dict
+    lock:
+      description:
+        - The cluster's lock (the Lease C(<bcd_name>-ansible-lock) of M(bcd.kubernetes.bcd_lock)) when an
+          earlier run left it behind - expired, or held by an C(ansible-playbook) process on this host that
+          no longer runs - with C(lease), C(holder), C(until) (its expiry, UTC) and C(why). Taking the lock
+          takes such a Lease over at once. Null when there is none, its holder may still run, or it could
+          not be read.
+      type: dict
 cluster_policies:
   description:
     - With O(cluster_policies) and C(bcd_nvidia_toolkit) C(gpu-operator), the ClusterPolicies (C(nvidia.com/v1)) without C(metadata.managedFields);
@@ -261,6 +269,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     selector,
     slim_node,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import left_lock
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -378,7 +387,7 @@ def main() -> None:
     # only a GPU operator cluster has ClusterPolicies to configure (bcd_nvidia_toolkit gpu-operator)
     p["cluster_policies"] = p["cluster_policies"] and inv.bcd_nvidia_toolkit.preset == "gpu-operator"
     toolkit = p["toolkit_daemonsets"] if p["cluster_policies"] else None
-    kubes = [kube(module, inv) for _client in range(3 + bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"])
+    kubes = [kube(module, inv) for _client in range(3 + 2 * bool(p["cluster"]) + bool(p["cluster_policies"]) + bool(p["daemonset"])
                                                     + (toolkit is not None))]
     free_cps, free_kubes = list(cps), list(kubes)
     calls = control_plane_calls(free_cps.pop, inv, p["gateway_timeout"], nodes=True)
@@ -389,8 +398,9 @@ def main() -> None:
     k_pods = free_kubes.pop()
     calls["pods"] = lambda: pod_side(k_pods, inv.bcd_namespace, inv.bcd_name)
     if p["cluster"]:
-        cp_left, k_left = free_cps.pop(), free_kubes.pop()
+        cp_left, k_left, k_lock = free_cps.pop(), free_kubes.pop(), free_kubes.pop()
         calls["leftovers"] = lambda: leftovers(cp_left, k_left, inv, p["cluster"], p["run"])
+        calls["left_lock"] = lambda: left_lock(k_lock, inv.bcd_namespace, f"{inv.bcd_name}-ansible-lock")
     if p["cluster_policies"]:
         k_pol = free_kubes.pop()
         calls["cluster_policies"] = lambda: read_policies(k_pol)
@@ -455,6 +465,10 @@ def main() -> None:
         note = found.pop("note", None)
         if note:
             module.warn(note)
+        try:
+            found["lock"] = out.take("left_lock")
+        except KubeError:
+            found["lock"] = None  # not a failure here: taking the lock reads it again
         result["leftovers"] = found
     if p["cluster_policies"]:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 import time
 
 import pytest
@@ -116,6 +117,54 @@ def test_second_run_changes_nothing_and_mints_no_token(sandbox, cp, cpvars):
     assert recap(run.stdout)["sandbox"]["changed"] == 0
     assert "nothing to do, no token minted" in " ".join(run.stdout.split())
     assert len(tokens(cp, cpvars)) == before
+
+
+def lease(sandbox, holder: str, renewed: str | None = None) -> None:
+    """The cluster's lock Lease held by ``holder``, renewed at ``renewed`` (default now), for 30 minutes."""
+    import datetime as dt
+
+    at = renewed or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    doc = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": "bcd-ansible-lock", "namespace": "bcd-system",
+                        "labels": {"app.kubernetes.io/managed-by": "bcd-ansible"}},
+           "spec": {"holderIdentity": holder, "leaseDurationSeconds": 1800, "acquireTime": at, "renewTime": at}}
+    sandbox.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+
+def lease_holder(sandbox) -> str | None:
+    got = sandbox.kubectl("get", "lease", "-n", "bcd-system", "bcd-ansible-lock", "-o", "json", check=False)
+    return json.loads(got.stdout)["spec"].get("holderIdentity") if got.returncode == 0 else None
+
+
+def test_a_lock_an_interrupted_run_left_is_taken_over_and_released(sandbox, cp, cpvars):
+    """An earlier run on this host died holding the lock (its cleanup failed): the next run, with
+    nothing else to do, says so, takes the lock over and releases it, as the left_behind callback
+    promised. A lock another host holds and has not let expire is not this run's: nothing to do,
+    and it stays."""
+    import socket
+
+    ended = subprocess.Popen(["true"])  # an ansible-playbook that ran here and is gone
+    ended.wait()
+    holder = f"root@{socket.gethostname()} pid={ended.pid} run=20261203T000000Z-1"
+    lease(sandbox, holder)
+    try:
+        run = run_playbook("adopt-cluster.yml")
+        flat = " ".join(run.stdout.split())
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert ("An earlier run on this cluster did not clean up: its lock (Lease bcd-system/bcd-ansible-lock held by "
+                f"{holder}: its process on this host is gone); this run takes the lock over") in flat, run.stdout[-3000:]
+        assert "nothing to do" not in flat
+        assert lease_holder(sandbox) is None, "taken over and released"
+        assert recap(run.stdout)["sandbox"]["changed"] == 0, "nothing else changed"
+
+        other = "someone@another-host pid=1 run=20261203T000000Z-2"
+        lease(sandbox, other)
+        run = run_playbook("adopt-cluster.yml")
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert "nothing to do, no token minted" in " ".join(run.stdout.split()), run.stdout[-3000:]
+        assert lease_holder(sandbox) == other, "another host's live lock is left alone"
+    finally:
+        sandbox.kubectl("delete", "lease", "-n", "bcd-system", "bcd-ansible-lock", "--ignore-not-found", check=False)
 
 
 def test_check_mode_shows_the_change_and_changes_nothing(sandbox, cp, cpvars):
