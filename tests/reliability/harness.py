@@ -111,9 +111,11 @@ class Runner:
             timeout: float = 900, watch_cmdlines: bool = False, cwd: Path | None = None) -> Run:
         """Run ``ansible-playbook <playbook> <args>`` to its end (or its death by a trigger)."""
         run = Run(playbook, tuple(args))
-        # every task's banner (triggers fire on them): the shipped ansible.cfg prints a task that
-        # ends ok only when it has something to say
-        full_env = ansible_env(**{"ANSIBLE_DISPLAY_OK_HOSTS": "true", **self.env, **(env or {})})
+        # every task's banner, printed when the task starts (triggers fire on them, and task
+        # times are measured between them): the shipped ansible.cfg prints a task that ends ok or
+        # skipped only when it has something to say, and the banner then waits for its result
+        full_env = ansible_env(**{"ANSIBLE_DISPLAY_OK_HOSTS": "true", "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "true",
+                                  **self.env, **(env or {})})
         run.started = time.monotonic()
         proc = subprocess.Popen(
             [str(VENV_BIN / "ansible-playbook"), playbook, *args], cwd=str(cwd or ROOT), env=full_env,

@@ -126,8 +126,8 @@ def test_control_plane_down_for_good_fails_naming_it_and_the_next_run_cleans_up(
     reliability.describe("Faults", "control plane down for good after the mint (bcd_control_plane_timeout=20s)")
     world.forget()
     before = {t["id"] for t in world.ours()}
-    run = runner.run("adopt-cluster.yml", "-e", "bcd_control_plane_timeout=20", triggers=[
-        Trigger("Apply the ConfigMap and the DaemonSet", fault(world, {"outageSeconds": 3600, "outageMode": "reset"}))])
+    down = Trigger("Apply the ConfigMap and the DaemonSet", fault(world, {"outageSeconds": 3600, "outageMode": "reset"}))
+    run = runner.run("adopt-cluster.yml", "-e", "bcd_control_plane_timeout=20", triggers=[down])
     world.admin.clear_faults()
     assert run.returncode != 0
     text = run.text
@@ -138,8 +138,12 @@ def test_control_plane_down_for_good_fails_naming_it_and_the_next_run_cleans_up(
     assert len(minted) == 1 and not minted[0]["revokedAt"], minted  # the control plane could not be told
     assert not world.secret_exists(), "the Secret is deleted even so"
     assert world.lease_holder() is None, "the lock is released"
-    wait_s = run.task_seconds("Wait for every selected node to report")
-    assert 18 <= wait_s <= 60, wait_s  # the retries end: the budget, plus one request
+    # the retries end: "gave up after 20s of retries" above says the budget was spent; from the
+    # outage to the end of the node wait (the DaemonSet wait looks at the joins too) is bounded
+    names = [name for _, name in run.tasks]
+    node_wait = next(i for i, name in enumerate(names) if "Wait for every selected node to report" in name)
+    wait_s = run.tasks[node_wait + 1][0] - down.fired_at
+    assert wait_s <= 90, (wait_s, run.tail())
 
     again = runner.run("adopt-cluster.yml")
     assert again.returncode == 0, again.tail()
@@ -147,7 +151,7 @@ def test_control_plane_down_for_good_fails_naming_it_and_the_next_run_cleans_up(
     assert_clean_and_joined(world)
     reliability.result = ("failed naming the control plane (UNREACHABLE, gave up after 20s); Secret deleted, lock "
                           "released; the next run revoked the stale token and completed")
-    reliability.figures.update({"node wait gave up after s": round(wait_s, 1),
+    reliability.figures.update({"from the outage to the node wait's end s": round(wait_s, 1),
                                 "connections reset": world.counters()["requests"].get("(reset)", 0)})
 
 
