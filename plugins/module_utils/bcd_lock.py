@@ -72,6 +72,19 @@ def _alive_here(holder: str) -> bool | None:
     return b"ansible-playbook" in cmdline
 
 
+def lock_name(bcd_name: str) -> str:
+    """The name of a cluster's lock Lease: ``<bcd_name>-ansible-lock`` (in ``bcd_namespace``)."""
+    return f"{bcd_name}-ansible-lock"
+
+
+def _standing(spec: dict, holder: str) -> tuple[dt.datetime | None, bool, bool]:
+    """(expiry, expired, holder's process on this host gone) of a Lease's ``spec``: the two
+    reasons a lock is taken over at once."""
+    renew = _parse(spec.get("renewTime") or spec.get("acquireTime"))
+    expires = renew + dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 0) if renew else None
+    return expires, expires is None or expires < _now(), _alive_here(holder) is False
+
+
 def holder_identity(run: str) -> str:
     """``user@host pid=<ansible-playbook's pid> run=<run>``."""
     try:
@@ -92,11 +105,10 @@ def left_lock(kube, namespace: str, name: str) -> dict | None:
     holder = spec.get("holderIdentity") or ""
     if not holder:
         return None
-    renew = _parse(spec.get("renewTime") or spec.get("acquireTime"))
-    expires = renew + dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 0) if renew else None
-    if expires is None or expires < _now():
+    expires, expired, dead = _standing(spec, holder)
+    if expired:
         why = "expired"
-    elif _alive_here(holder) is False:
+    elif dead:
         why = "its process on this host is gone"
     else:
         return None
@@ -163,10 +175,7 @@ def acquire(kube, namespace: str, name: str, ttl: int, me: str, wait: float = 0,
                     continue
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
-            renew = _parse(spec.get("renewTime") or spec.get("acquireTime"))
-            expires = renew + dt.timedelta(seconds=spec.get("leaseDurationSeconds") or 0) if renew else None
-            expired = expires is None or expires < _now()
-            dead = _alive_here(holder) is False
+            expires, expired, dead = _standing(spec, holder)
             if holder == me or not holder or expired or dead:
                 if check_mode:
                     return {"changed": False, "holder": holder, "took_over": None if holder in (me, "") else holder, "waited": 0.0}

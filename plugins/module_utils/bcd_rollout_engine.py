@@ -34,7 +34,11 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     slim_node,
     slim_pod,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import acquire, holder_identity
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import (
+    acquire,
+    holder_identity,
+    lock_name,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -171,7 +175,7 @@ class Rollout:
         ``<bcd_name>-ansible-lock``, for ``bcd_lock_ttl`` seconds, holder ``run``); a lock another
         live run holds fails the module with bcd_lock's message. Its result is kept in
         ``lock_result`` and returned with the status read under it."""
-        taken = acquire(self.kube, self.ns, f"{self.name}-ansible-lock", int(self.inv.bcd_lock_ttl),
+        taken = acquire(self.kube, self.ns, lock_name(self.name), int(self.inv.bcd_lock_ttl),
                         holder_identity(self.p["run"]), check_mode=self.m.check_mode, warn=self.m.warn)
         if taken.pop("failed", False):
             self.m.fail_json(**taken)

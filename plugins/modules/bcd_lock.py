@@ -142,7 +142,12 @@ version:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import acquire, holder_identity, release
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import (
+    acquire,
+    holder_identity,
+    lock_name,
+    release,
+)
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import inventory
 
 
@@ -171,7 +176,7 @@ def main() -> None:
     if p["config"] is not None:
         inv = inventory(module)
         p["namespace"] = p["namespace"] or inv.bcd_namespace
-        p["name"] = p["name"] or f"{inv.bcd_name}-ansible-lock"
+        p["name"] = p["name"] or lock_name(inv.bcd_name)
         p["ttl"] = p["ttl"] or int(inv.bcd_lock_ttl)
         p["kubeconfig"] = p["kubeconfig"] or inv.bcd_kubeconfig
         p["context"] = p["context"] or inv.bcd_kube_context

@@ -188,6 +188,7 @@ import datetime
 import secrets
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import lock_name
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -214,7 +215,7 @@ def names(inv, host: str | None, run: str | None) -> dict:
     return {
         "cluster": inv.bcd_cluster_name or host or None,
         "run": run or f"{now:%Y%m%dT%H%M%SZ}-{secrets.randbelow(2**32)}",
-        "lock": f"{inv.bcd_name}-ansible-lock",
+        "lock": lock_name(inv.bcd_name),
         "started_at": f"{now:%Y-%m-%dT%H:%M:%SZ}",
     }
 

@@ -269,7 +269,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     selector,
     slim_node,
 )
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import left_lock
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_lock import left_lock, lock_name
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     API_KEY_OPTION,
     CONFIG_OPTION,
@@ -400,7 +400,7 @@ def main() -> None:
     if p["cluster"]:
         cp_left, k_left, k_lock = free_cps.pop(), free_kubes.pop(), free_kubes.pop()
         calls["leftovers"] = lambda: leftovers(cp_left, k_left, inv, p["cluster"], p["run"])
-        calls["left_lock"] = lambda: left_lock(k_lock, inv.bcd_namespace, f"{inv.bcd_name}-ansible-lock")
+        calls["left_lock"] = lambda: left_lock(k_lock, inv.bcd_namespace, lock_name(inv.bcd_name))
     if p["cluster_policies"]:
         k_pol = free_kubes.pop()
         calls["cluster_policies"] = lambda: read_policies(k_pol)
