@@ -190,20 +190,27 @@ def _proc_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+def _descendants(table: dict[int, tuple[int, str]], roots: set[int]) -> set[int]:
+    """``roots`` and every live process of ``table`` (:func:`_proc_table`) descending from them
+    (ansible-playbook's workers call setsid(), so they are followed by parentage, not by session)."""
+    known, changed = set(roots), True
+    while changed:
+        changed = False
+        for pid, (ppid, _ticks) in table.items():
+            if ppid in known and pid not in known:
+                known.add(pid)
+                changed = True
+    return known
+
+
 def _watch(run: Run, stop: threading.Event, cmdlines: bool) -> None:
-    """Track every process the run starts (ansible-playbook's workers call setsid(), so they are
-    followed by parentage, not by session) and, with ``cmdlines``, their command lines."""
+    """Track every process the run starts and, with ``cmdlines``, their command lines."""
     while True:
         table = _proc_table()
-        known = {run.pid, *run.procs}
-        changed = True
-        while changed:
-            changed = False
-            for pid, (ppid, ticks) in table.items():
-                if ppid in known and pid not in known:
-                    known.add(pid)
-                    run.procs[pid] = ticks
-                    changed = True
+        roots = {run.pid, *run.procs}
+        known = _descendants(table, roots)
+        for pid in known - roots:
+            run.procs[pid] = table[pid][1]
         if cmdlines:
             for pid in known:
                 try:
@@ -240,17 +247,6 @@ def paused(action: Callable[[Run], None]) -> Callable[[Run], None]:
     every process it started, SIGCONT after): a change made "during" a task lands before the run's
     next request, however slow the machine. Without it, the run races the action."""
 
-    def tree(run: Run) -> list[int]:
-        table = _proc_table()
-        known, changed = {run.pid}, True
-        while changed:
-            changed = False
-            for pid, (ppid, _ticks) in table.items():
-                if ppid in known and pid not in known:
-                    known.add(pid)
-                    changed = True
-        return sorted(known)
-
     def signal_all(pids: list[int], sig: signal.Signals) -> None:
         for pid in pids:
             try:
@@ -263,7 +259,7 @@ def paused(action: Callable[[Run], None]) -> Callable[[Run], None]:
         try:
             # twice: a process forked while the first pass ran is stopped by the second
             for _ in range(2):
-                pids = [p for p in tree(run) if p not in stopped]
+                pids = [p for p in sorted(_descendants(_proc_table(), {run.pid})) if p not in stopped]
                 signal_all(pids, signal.SIGSTOP)
                 stopped += pids
             action(run)

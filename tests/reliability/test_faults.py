@@ -2,9 +2,10 @@
 
 Faults are set through the emulator's admin endpoint when the run reaches a task (the trigger
 fires on the task's banner; a fault meant for a call is set one task early, with the run stopped
-meanwhile, so it is in place when the call is made; a trigger that never fires fails the test). Each run ends in success, or in a failure that names its cause with the
-token revoked and the Secret deleted; where the cleanup itself could not reach the control plane
-or the cluster, the next run revokes what is left, deletes the Secret and completes.
+meanwhile, so it is in place when the call is made; a trigger that never fires fails the test).
+Each run ends in success, or in a failure that names its cause with the token revoked and the
+Secret deleted; where the cleanup itself could not reach the control plane or the cluster, the
+next run revokes what is left, deletes the Secret and completes.
 
 The figures come from the emulator's counters (requests and answers per procedure) and from its
 access log (when each answer was sent), so the retries are counted and their spacing measured.
