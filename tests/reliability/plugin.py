@@ -14,7 +14,11 @@ last result of each scenario, by test id) and ``docs/reliability.md`` is written
 test is recorded as FAILED. ``BCD_RELIABILITY_DOC=0`` turns the writing off.
 
 It also keeps ``make test-long`` within the CI job's time: with ``BCD_LONG_DEADLINE`` set (epoch
-seconds; ``.ci/run`` sets it), a test marked ``long`` that would start after it is skipped.
+seconds; ``.ci/run`` sets it), a test marked ``long`` that would start after it is skipped. So that
+the tests past the deadline are not always the same ones, the long tests' files then run in a
+rotation that starts at a file chosen by the checkout's commit (the same order for the same commit,
+in every xdist worker); ``BCD_LONG_ROTATION=<k>`` starts it at the k-th file instead, to repeat a
+CI run's order. The run's first lines say where it started.
 
 Loaded by ``tests/conftest.py`` (``pytest_plugins``).
 """
@@ -67,6 +71,53 @@ def reliability(request) -> Recorder:
     return rec
 
 
+def rotation_start(files: list[str], commit: str, override: str | None = None) -> int:
+    """Index into ``files`` (the long tests' files, in collection order) at which a run under a
+    deadline starts: ``override`` (``BCD_LONG_ROTATION``) modulo their number, else the commit's
+    first 8 hex digits modulo it. 0 for no files or an unknown commit."""
+    if not files:
+        return 0
+    if override not in (None, ""):
+        return int(override) % len(files)
+    try:
+        return int(commit[:8], 16) % len(files)
+    except ValueError:
+        return 0
+
+
+def rotate_by_file(items: list, start: int) -> list:
+    """``items`` with their files rotated to begin at the ``start``-th file; each file's tests
+    keep their order (a file's tests may build on each other's state)."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = list(files)
+    order = order[start:] + order[:start]
+    return [item for f in order for item in files[f]]
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("BCD_LONG_DEADLINE") and not os.environ.get("BCD_LONG_ROTATION"):
+        return
+    long_items = [i for i in items if i.get_closest_marker("long")]
+    if not long_items:
+        return
+    files = list(dict.fromkeys(i.nodeid.split("::", 1)[0] for i in long_items))
+    commit = _commit(full=True)
+    override = os.environ.get("BCD_LONG_ROTATION")
+    try:
+        start = rotation_start(files, commit, override)
+    except ValueError:
+        raise pytest.UsageError(f"BCD_LONG_ROTATION must be an integer, not {override!r}") from None
+    rotated = iter(rotate_by_file(long_items, start))
+    # the long tests take the places they held, in the rotated order; the others stay put
+    items[:] = [next(rotated) if i.get_closest_marker("long") else i for i in items]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"long tests: {len(files)} files in rotation from {files[start]} "
+                            f"(BCD_LONG_ROTATION={start} repeats this order; commit {commit[:12] or '?'})")
+
+
 def pytest_runtest_setup(item):
     deadline = os.environ.get("BCD_LONG_DEADLINE")
     if deadline and item.get_closest_marker("long") and time.time() > float(deadline):
@@ -107,12 +158,13 @@ def _short(text: str, n: int = 300) -> str:
     return (first[:n] + (" ..." if len(first) > n else "")) + (f" ({where})" if where else "")
 
 
-def _commit() -> str:
+def _commit(full: bool = False) -> str:
+    """HEAD's commit, abbreviated unless ``full``; ``"?"`` (``""`` when ``full``) outside git."""
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False, timeout=10).stdout.strip() or "?"
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", *([] if full else ["--short"]), "HEAD"],
+                              capture_output=True, text=True, check=False, timeout=10).stdout.strip() or ("" if full else "?")
     except (OSError, subprocess.SubprocessError):
-        return "?"
+        return "" if full else "?"
 
 
 def pytest_sessionfinish(session):
