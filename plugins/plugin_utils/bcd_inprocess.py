@@ -189,7 +189,7 @@ class BcdAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         self._fill_defaults(task_vars or {})
-        if type(self).run is not BcdAction.run:  # a subclass (a poll, a retry watch) runs the module itself
+        if self._runs_module_itself():
             return result
         return self._execute_module(module_name=self.MODULE or None, module_args=dict(self._task.args), task_vars=task_vars)
 
@@ -210,8 +210,18 @@ class BcdAction(ActionBase):
             if key not in (None, ""):
                 args["api_key"] = key
 
+    def _runs_module_itself(self) -> bool:
+        """Whether a subclass of ours (a poll, a retry watch) overrides ``run`` and executes the
+        module itself. Another package's class in between does not count: mitogen's strategy
+        mixes its ``ActionModuleMixin``, whose ``run`` only calls ours, into every action plugin."""
+        for klass in type(self).__mro__:
+            if "run" in vars(klass) and issubclass(klass, BcdAction):
+                return klass is not BcdAction
+        return False
+
     def _on_controller(self) -> bool:
-        return _transport(self) in LOCAL_TRANSPORTS
+        # mitogen's strategy runs a local connection as mitogen_local: on the controller too
+        return _transport(self) in LOCAL_TRANSPORTS | {"mitogen_local"}
 
     def _wants_inventory(self, args: Mapping) -> bool:
         """Whether this module run takes the inventory (a node-side scope does not)."""

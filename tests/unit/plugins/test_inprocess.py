@@ -119,3 +119,20 @@ def test_a_task_runs_in_process_on_the_controller_and_as_a_process_elsewhere(tmp
     assert out.count("in the worker process") == 2, out[-4000:]
     assert out.count("as a separate process: the task sets an environment") == 2
     assert SECRET not in out
+
+
+def test_another_packages_mixin_does_not_hide_the_module_run():
+    """mitogen's strategy mixes its ActionModuleMixin, whose run() only calls ours, into every
+    action plugin: the module still runs (it did not, and the task returned an empty result)."""
+    from ansible.plugins.action import ActionBase
+    from ansible_collections.bcd.kubernetes.plugins.action.bcd_daemonset_wait import ActionModule as Wait
+    from ansible_collections.bcd.kubernetes.plugins.action.bcd_manifests import ActionModule as Manifests
+
+    class Mixin(ActionBase):
+        def run(self, tmp=None, task_vars=None):
+            return super().run(tmp, task_vars)
+
+    for plugin, itself in ((Manifests, False), (Wait, True)):
+        mixed = type("Mixed", (Mixin, plugin), {})
+        assert mixed._runs_module_itself(object.__new__(mixed)) is itself, plugin
+        assert plugin._runs_module_itself(object.__new__(plugin)) is itself, plugin
