@@ -96,6 +96,17 @@ def _uses(tok: dict) -> str | None:
         return None
 
 
+def _forking(frame) -> bool:
+    """Whether ``frame`` (where a signal handler was called) is within a fork of
+    ``multiprocessing`` (its ``Popen._launch``, which runs the at-fork hooks)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_launch" and code.co_filename.endswith(os.path.join("multiprocessing", "popen_fork.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -127,6 +138,8 @@ class CallbackModule(CallbackBase):
         previous_int = signal.getsignal(signal.SIGINT)
 
         def on_int(signum, frame):
+            if self._not_now(signum, frame):
+                return None
             self._signal = self._signal or "SIGINT (Ctrl-C)"
             if callable(previous_int):
                 return previous_int(signum, frame)
@@ -134,7 +147,30 @@ class CallbackModule(CallbackBase):
 
         signal.signal(signal.SIGINT, on_int)
 
+    def _not_now(self, signum: int, frame) -> bool:
+        """Whether the signal must not be acted on here, and what was done instead.
+
+        A handler runs where the main thread is. While ansible-playbook forks a worker, that is
+        inside an at-fork hook (logging's, threading's), where Python prints the interruption's
+        exception as a traceback and drops it: the run went on to the end, a SIGTERM lost. In
+        the parent the signal is sent again a moment later, once the fork is over. In a worker
+        that has not yet replaced the handlers it inherited (ansible-core's own race: its parent
+        handler fails there), the worker ends as the signal's default does, silently; its parent
+        is stopping it anyway."""
+        if os.getpid() != self._pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return True
+        if not _forking(frame):
+            return False
+        again = threading.Timer(0.02, os.kill, (self._pid, signum))
+        again.daemon = True
+        again.start()
+        return True
+
     def _on_term(self, signum, frame):
+        if self._not_now(signum, frame):
+            return None
         self._signal = "SIGTERM"
         handler = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

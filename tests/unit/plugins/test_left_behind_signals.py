@@ -1,0 +1,70 @@
+"""The left_behind callback's interruption handlers, where ansible-playbook forks its workers.
+
+A signal handler runs wherever the main thread is. A signal that arrives while a worker is
+forked is handled inside an at-fork hook, where Python drops the handler's exception (printed
+as "Exception ignored in ..."). A scripted process stands in for ansible-playbook: it installs
+the callback's handlers over a SIGINT handler that raises KeyboardInterrupt, as ansible-core's
+TaskQueueManager does, and forks with ``multiprocessing`` while a hook sends the signal.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.helpers import ROOT
+
+SCRIPT = textwrap.dedent("""
+    import multiprocessing, os, signal, sys, time
+    sys.path.insert(0, {collections!r})
+    from ansible_collections.bcd.kubernetes.plugins.callback.left_behind import CallbackModule
+
+    def tqm(signum, frame):  # ansible-core's TaskQueueManager handler, in short
+        signal.signal(signum, signal.SIG_DFL)
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, tqm)
+    signal.signal(signal.SIGTERM, tqm)
+    callback = CallbackModule()
+    callback._at_exit = lambda: None
+    callback.v2_playbook_on_start(None)
+    where = sys.argv[1]
+    sig = getattr(signal, sys.argv[2])
+    if where == "parent":
+        os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), sig))
+    else:
+        os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), sig))
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(1,))
+    try:
+        child.start()
+        time.sleep(2)
+        child.join()
+        print("child exit", child.exitcode)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        child.join()
+        print("interrupted after the fork, signal", callback._signal)
+""")
+
+
+def _run(where: str, sig: str) -> subprocess.CompletedProcess:
+    script = SCRIPT.format(collections=str(ROOT / "collections"))
+    return subprocess.run([sys.executable, "-c", script, where, sig], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_fork_interrupts_the_run_once_the_fork_is_over(sig):
+    run = _run("parent", sig)
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    said = "SIGTERM" if sig == "SIGTERM" else "SIGINT (Ctrl-C)"
+    assert f"interrupted after the fork, signal {said}" in run.stdout, run.stdout + run.stderr
+
+
+def test_a_worker_signalled_before_it_has_its_own_handlers_ends_silently():
+    run = _run("child", "SIGTERM")
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    assert "child exit -15" in run.stdout and "not interrupted" in run.stdout, run.stdout + run.stderr
