@@ -13,6 +13,8 @@ access log (when each answer was sent), so the retries are counted and their spa
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import itertools
 import threading
 import time
@@ -201,22 +203,51 @@ def test_kubernetes_api_unreachable_mid_run(sandbox, ready, runner, reliability)
                                 "failed run s": round(run.seconds, 1)})
 
 
-def stuck_node(world: World, name: str) -> None:
-    """A GPU Node that no kubelet (KWOK) runs: it never turns Ready, nor does its bcd pod."""
+@contextlib.contextmanager
+def stuck_node(world: World, name: str):
+    """A GPU Node that stays Ready but runs no pod: no KWOK plays it, and a stand-in for its
+    kubelet only renews its Lease (every 5 s) while the block runs, as a kubelet that heartbeats
+    but never starts a container does. Without the Lease the node lifecycle controller would mark
+    it NotReady after its grace period and taint it, and the DaemonSet controller would then want
+    no pod there: a different scenario, reached or not by the run depending on the machine's pace.
+    The Node and its pods are removed afterwards."""
+    from kubernetes import client
+
     from sandbox import cluster
 
+    coord = client.CoordinationV1Api(world.core.api_client)
     body = cluster.node_body(name, True, "v1.36.3")
     body["metadata"]["annotations"] = {}
     body["metadata"]["labels"][EXTRA_NODE_LABEL] = "true"
     status = body.pop("status")
-    world.core.create_node(body)
+    node = world.core.create_node(body)
+
+    def now() -> str:
+        return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "set by a test",
+                             "lastHeartbeatTime": now()[:19] + "Z", "lastTransitionTime": now()[:19] + "Z"}]
     world.core.patch_node_status(name, {"status": status})
+    owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.metadata.uid}
+    coord.create_namespaced_lease("kube-node-lease", {
+        "metadata": {"name": name, "ownerReferences": [owner]},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now()}})
+    stop = threading.Event()
 
+    def renew() -> None:
+        while not stop.wait(5):
+            coord.patch_namespaced_lease(name, "kube-node-lease", {"spec": {"renewTime": now()}})
 
-def remove_node(world: World, name: str) -> None:
-    world.core.delete_node(name)
-    for pod in world.core.list_namespaced_pod(world.namespace, field_selector=f"spec.nodeName={name}").items:
-        world.core.delete_namespaced_pod(pod.metadata.name, world.namespace, grace_period_seconds=0)
+    beat = threading.Thread(target=renew, daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat.join()
+        world.core.delete_node(name)
+        for pod in world.core.list_namespaced_pod(world.namespace, field_selector=f"spec.nodeName={name}").items:
+            world.core.delete_namespaced_pod(pod.metadata.name, world.namespace, grace_period_seconds=0)
 
 
 @pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
@@ -224,8 +255,7 @@ def test_a_node_whose_pod_never_turns_ready(ready, runner, reliability):
     world = ready
     reliability.describe("Faults", "a node whose bcd pod never turns Ready (bcd_rollout_timeout=20s)")
     name = "gpu-node-stuck"
-    stuck_node(world, name)
-    try:
+    with stuck_node(world, name):
         before = {t["id"] for t in world.ours()}
         run = runner.run("adopt-cluster.yml", "-e", "bcd_rollout_timeout=20")
         assert run.returncode != 0
@@ -234,12 +264,10 @@ def test_a_node_whose_pod_never_turns_ready(ready, runner, reliability):
         gpu = len(world.core.list_node(label_selector="nvidia.com/gpu.present=true").items)
         said = f"did not roll out within 20s: {gpu - 1} of {gpu} pods available"
         assert said in text, run.tail()
-        assert f"{name} - - - <- " in text, run.tail()  # the report names the node and why (NotReady, unschedulable)
+        assert f"{name} - - - <- " in text, run.tail()  # the report names the node and why (its pod not Ready)
         minted = new_tokens(world, before)
         assert len(minted) == 1 and minted[0]["maxUses"] == 1 and minted[0]["revokedAt"], minted
         assert world.clean(), world.state()
-    finally:
-        remove_node(world, name)
     reliability.result = (f"failed: '{said}', the report naming the node; "
                           "token (1 use) revoked, Secret deleted, lock released")
     reliability.figures.update({"seconds": round(run.seconds, 1)})
