@@ -220,8 +220,7 @@ class BcdAction(ActionBase):
         return False
 
     def _on_controller(self) -> bool:
-        # mitogen's strategy runs a local connection as mitogen_local: on the controller too
-        return _transport(self) in LOCAL_TRANSPORTS | {"mitogen_local"}
+        return _transport(self) in LOCAL_TRANSPORTS
 
     def _wants_inventory(self, args: Mapping) -> bool:
         """Whether this module run takes the inventory (a node-side scope does not)."""

@@ -136,3 +136,35 @@ def test_another_packages_mixin_does_not_hide_the_module_run():
         mixed = type("Mixed", (Mixin, plugin), {})
         assert mixed._runs_module_itself(object.__new__(mixed)) is itself, plugin
         assert plugin._runs_module_itself(object.__new__(plugin)) is itself, plugin
+
+
+MITOGEN_PLAY = """
+- name: Our modules under mitogen's strategy
+  hosts: localhost
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: A missing option
+      bcd.kubernetes.bcd_lock: {namespace: ns, name: lock}
+      register: lock
+      ignore_errors: true
+    - name: No config given - the inventory's, which lacks bcd_image
+      bcd.kubernetes.bcd_manifests: {template: /nonexistent}
+      register: render
+      ignore_errors: true
+    - name: Both ran and failed as under the default strategy
+      ansible.builtin.assert:
+        that:
+          - "lock.msg == 'missing required arguments: run'"
+          - "render.msg is search('INVALID_CONFIG: bcd_image: is required')"
+"""
+
+
+def test_modules_run_under_mitogens_strategy(tmp_path):
+    from tests.helpers import mitogen_env
+
+    book = tmp_path / "mitogen.yml"
+    book.write_text(MITOGEN_PLAY)
+    done = run_playbook(str(book), "-i", "localhost,", "-c", "local", env=mitogen_env())
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
