@@ -225,8 +225,9 @@ def stuck_node(world: World, name: str):
     def now() -> str:
         return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
+    since = now()[:19] + "Z"  # conditions take whole seconds
     status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "set by a test",
-                             "lastHeartbeatTime": now()[:19] + "Z", "lastTransitionTime": now()[:19] + "Z"}]
+                             "lastHeartbeatTime": since, "lastTransitionTime": since}]
     world.core.patch_node_status(name, {"status": status})
     owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.metadata.uid}
     coord.create_namespaced_lease("kube-node-lease", {
