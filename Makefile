@@ -40,8 +40,14 @@ lint: setup
 	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 	scripts/sanity.sh
 
+# Every pytest run takes its tests in an order the commit picks (pytest-randomly: files, then the
+# tests in each file, shuffled by TEST_SEED), so no test can lean on another having run first.
+# The first line of a run and a failed run's last line give the seed: TEST_SEED=<n> repeats it.
+TEST_SEED ?= $(shell printf '%d' 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 0))
+ORDER := -p randomly --randomly-seed=$(TEST_SEED)
+
 test-unit: setup
-	$(BIN)/pytest -m "not sandbox and not long" --durations=15
+	$(BIN)/pytest $(ORDER) -m "not sandbox and not long" --durations=15
 
 # The sandbox tests mostly wait on the cluster's own timers, so they run in SANDBOX_WORKERS
 # pytest-xdist workers, a sandbox each (tests/sandbox_fixtures.py), a test file per worker at a
@@ -50,7 +56,7 @@ test-unit: setup
 SANDBOX_WORKERS ?= 2
 test-sandbox: setup
 	$(BIN)/python -m sandbox build
-	$(BIN)/pytest -m "sandbox and not long" -n $(SANDBOX_WORKERS) --dist loadfile --durations=30
+	$(BIN)/pytest $(ORDER) -m "sandbox and not long" -n $(SANDBOX_WORKERS) --dist loadfile --durations=30
 
 # molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>). Each one's output
 # also goes to out/molecule-<scenario>.log; on a failure the failed tasks are printed again last,
@@ -88,7 +94,7 @@ test-kind: setup
 test: lint docs test-unit test-sandbox test-molecule test-kind
 
 test-long: setup
-	$(BIN)/pytest -m long
+	$(BIN)/pytest $(ORDER) -m long
 
 # the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
 # roles and changelog, a page per playbook, the guides (README, docs/*.md, sandbox/README.md), rendered by Sphinx.

@@ -17,3 +17,12 @@ if str(ROOT) not in sys.path:
 # The reliability report: the `reliability` fixture, and docs/reliability.md at the end; the
 # session's sandbox and the cluster fixtures, shared with sandbox/tests (tests/sandbox_fixtures.py).
 pytest_plugins = ["tests.reliability.plugin", "tests.sandbox_fixtures"]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A failed run names the order it ran in (pytest-randomly's seed, picked by the commit in
+    ``make test``), so the failure can be repeated in that order."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if exitstatus not in (0, 5) and isinstance(seed, int) and config.getoption("randomly_reorganize", True):
+        terminalreporter.write_line(f"test order: seed {seed}; `TEST_SEED={seed} make test-...` (or pytest "
+                                    f"-p randomly --randomly-seed={seed}) runs the tests in this order again")
