@@ -751,6 +751,8 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     restart_apiserver = bool(state.get("audit")) != audit and proc.running(sdir, "kube-apiserver")
     # the settings KWOK and the controller manager were started with (saved since they exist)
     scale_before = state.get("scale_profile") or scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["profile"]
+    # the size a test may add nodes to and the baseline puts back (sandbox.baseline)
+    state.setdefault("base_gpu_nodes", gpu_nodes)
     state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit,
                  gpu_nodes=max(gpu_nodes, state.get("gpu_nodes", 0)), dir=str(sdir))
     state["scale_profile"] = scale_settings(state["gpu_nodes"])["profile"]

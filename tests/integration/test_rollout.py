@@ -5,7 +5,8 @@ command again, a `dead…` digest rolled back, two runs at once, add-nodes.yml).
 what it does not: check mode, a refused digest, percentages, no secret in the output, the report,
 a failed rollout left as it is (`bcd_rollout_rollback: false`), the refusal that follows and the
 recovery with `bcd_rollout_force`, and a lock held by someone else (refused) or expired (taken
-over). They run in file order on one adopted cluster.
+over). Each starts from the cluster as adopted on the inventory's digest (the ``adopted``
+fixture), and rolls it on from there itself, in any order.
 """
 
 from __future__ import annotations
@@ -118,13 +119,15 @@ def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(s
 
 
 def test_adopt_and_add_nodes_never_roll_the_image_back_silently(sandbox, cp, cpvars):
-    """The fleet runs GOOD[0] (rolled out above); the inventory still names its own digest.
+    """The fleet runs GOOD[0] (rolled out first); the inventory still names its own digest.
     adopt-cluster.yml refuses, naming both and rollout.yml, before anything changes; add-nodes.yml
     (which never changes the DaemonSet) says so and goes on."""
     import yaml
 
     from tests.helpers import ROOT
 
+    first = rollout("-e", f"bcd_image={GOOD[0]}")
+    assert first.returncode == 0, first.stdout[-3000:]
     inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())["bcd_image"]
     before = daemonset(sandbox)
     tokens = token_count(cp, cpvars)
