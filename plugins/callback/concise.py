@@ -37,6 +37,7 @@ requirements:
 from ansible import constants as C
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils import bcd_compat
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import preload
 
 # a repeat shorter than this is not worth a reference (a word, "failed")
@@ -66,6 +67,11 @@ class CallbackModule(DefaultCallback):
         super().__init__()
         self._show_ok = False
         self._failures: dict[str, list[str]] = {}
+        # the default callback's own helpers this class calls: on an ansible-core where they are
+        # not as expected (or untested), it prints as the default callback, and says so once
+        self._unavailable = bcd_compat.callback_unavailable(self)
+        if self._unavailable:
+            bcd_compat.note(self._unavailable, self._display)
         # our modules run in the forked workers (plugin_utils/bcd_inprocess.py): what they import
         # is loaded here, once, before the first fork
         preload()
@@ -79,13 +85,10 @@ class CallbackModule(DefaultCallback):
         return super().get_option(k)
 
     def _quiet(self) -> bool:
-        return self._display.verbosity == 0 and not super().get_option("display_ok_hosts")
+        return not self._unavailable and self._display.verbosity == 0 and not super().get_option("display_ok_hosts")
 
-    @staticmethod
-    def _says(result) -> bool:
-        res = result.result
-        return bool(res.get("changed") or res.get("_ansible_verbose_always") or res.get("warnings")
-                    or res.get("deprecations"))
+    def _says(self, result) -> bool:
+        return self._says_item(result.result)
 
     def _shown(self, method, result) -> None:
         self._show_ok = True
@@ -103,10 +106,17 @@ class CallbackModule(DefaultCallback):
             self._shown(super().v2_runner_on_ok, result)
         return None
 
-    @staticmethod
-    def _says_item(res) -> bool:
-        return isinstance(res, dict) and bool(res.get("changed") or res.get("_ansible_verbose_always")
-                                              or res.get("warnings") or res.get("deprecations"))
+    def _says_item(self, res) -> bool:
+        """Whether a result has something to say: a change, a message, a warning. bcd's note that
+        modules run as separate processes (every bcd task's, on an untested ansible-core) is the
+        run's, not the task's: it is said once, here, and shows no task."""
+        if not isinstance(res, dict):
+            return False
+        warned = list(res.get("warnings") or [])
+        for note in [w for w in warned if bcd_compat.is_note(w)]:
+            bcd_compat.note(getattr(getattr(note, "event", None), "msg", note), self._display)
+            warned.remove(note)
+        return bool(res.get("changed") or res.get("_ansible_verbose_always") or warned or res.get("deprecations"))
 
     def v2_runner_item_on_ok(self, result):
         if not self._quiet():

@@ -15,10 +15,13 @@ changes: the arguments are encoded and the result decoded with the serialization
 uses across the process boundary (so nothing controller-side leaks into the module, nor back),
 the result goes through ``ActionBase._parse_returned_data`` like a module's output does, and
 ``ansible.module_utils`` behaves as on a target while the module runs (a warning is returned in
-the result, not printed by the worker).
+the result, not printed by the worker). What of ansible-core that takes beyond its public plugin
+API is in plugin_utils/bcd_compat.py, and only there.
 
 The module runs as a separate process, as before, whenever running it here could differ:
 
+- the running ansible-core is not a line this runner was tested on, or its private names are not
+  as the runner expects (plugin_utils/bcd_compat.py checks both, once, and a warning says so);
 - the connection is not ``local`` (a task delegated to a GPU node over ssh);
 - privilege escalation (``become``): the module must run as another user;
 - an ``environment`` for the task, async, or an interpreter other than the controller's Python;
@@ -38,15 +41,15 @@ import os
 import sys
 from collections.abc import Mapping
 
-from ansible.module_utils.common.json import Direction, get_module_decoder, get_module_encoder
+from ansible.module_utils.common.json import Direction, get_module_decoder
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.bcd.kubernetes.plugins.plugin_utils import bcd_compat
 
 display = Display()
 
 COLLECTION = "bcd.kubernetes"
-# The serialization profile of our modules (ansible-core's default for a Python module).
-PROFILE = "legacy"
+PROFILE = bcd_compat.PROFILE
 # What modules these module_utils import: loaded once in the parent (preload), shared by the
 # forked workers, so no module run imports pydantic or the model again.
 PRELOAD = ("ansible.module_utils.basic",
@@ -57,12 +60,17 @@ LOCAL_TRANSPORTS = frozenset({"local", "ansible.builtin.local", "ansible.legacy.
 
 def preload() -> None:
     """Import what our modules import, in the process that forks the workers (the stdout
-    callback's start): each worker then finds it loaded. Never fails the run."""
+    callback's start), and check the running ansible-core for the in-process runner there: each
+    worker then finds both done. Never fails the run; says once when modules will run as
+    separate processes."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - a module run reports the same error, in its task
             display.vvv(f"bcd: could not preload {name}: {exc}")
+    reason = bcd_compat.inprocess_unavailable()
+    if reason:
+        bcd_compat.note(reason, display)
 
 
 def _same_python(interpreter: object) -> bool:
@@ -122,59 +130,18 @@ def _module_python_name(action: ActionBase, module_name: str) -> str | None:
 def run_module_here(python_name: str, module_args: dict) -> tuple[str, int]:
     """Run the module ``python_name``'s ``main()`` with ``module_args`` (the arguments Ansible
     would send it, ``_ansible_*`` included) in this process; return what it would have printed
-    (its JSON result) and its exit status."""
-    from ansible.module_utils import _internal, basic
-    from ansible.module_utils._internal import _ansiballz  # noqa: F401 - the loader below needs it loaded
-    from ansible.module_utils._internal._ansiballz import _loader
-    from ansible.module_utils.common import warnings
-
-    payload = json.dumps({"ANSIBLE_MODULE_ARGS": module_args}, cls=get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE))
-    printed: list[str] = []
-
-    def record(_module, result: dict) -> None:  # AnsibleModule's own hook for in-worker execution
-        printed.append(json.dumps(result, cls=get_module_encoder(PROFILE, Direction.MODULE_TO_CONTROLLER)))
-
-    saved = (basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE, basic.AnsibleModule._record_module_result, _internal.is_controller)
-    warnings._global_warnings.clear()
-    warnings._global_deprecations.clear()
-    basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE = payload.encode(), PROFILE
-    basic.AnsibleModule._record_module_result = record
-    _internal.is_controller = False  # warnings go into the result, as on a target
-    status = 0
+    (its JSON result) and its exit status. Only where :func:`bcd_compat.inprocess_unavailable`
+    returned None; an exception of the module (its import included) is a failed result."""
     from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_watch
+
+    def main() -> None:
+        importlib.import_module(python_name).main()
 
     bcd_watch.IN_WORKER = True  # a wait's next slice runs here too: its watches may be parked for it
     try:
-        module = importlib.import_module(python_name)
-        module.main()
-        raise RuntimeError("New-style module did not handle its own exit.")
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # noqa: BLE001 - reported as the AnsiballZ wrapper does for a module process
-        printed[:] = []
-        _capture_exit(_loader._handle_exception, exc, printed)
-        status = 1
+        return bcd_compat.run_main(main, module_args)
     finally:
         bcd_watch.IN_WORKER = False
-        basic._ANSIBLE_ARGS, basic._ANSIBLE_PROFILE, basic.AnsibleModule._record_module_result, _internal.is_controller = saved
-        basic._PARSED_MODULE_ARGS = None
-        warnings._global_warnings.clear()
-        warnings._global_deprecations.clear()
-    return "\n".join(printed), status
-
-
-def _capture_exit(handler, exc: Exception, printed: list[str]) -> None:
-    """Run the AnsiballZ wrapper's exception handler, keeping what it prints."""
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            handler(exc, PROFILE)
-        except SystemExit:
-            pass
-    printed.append(out.getvalue())
 
 
 class BcdAction(ActionBase):
@@ -230,7 +197,11 @@ class BcdAction(ActionBase):
                         delete_remote_tmp=None, wrap_async=False, ignore_unknown_opts: bool = False):
         module_name = module_name or self.MODULE or self._task.action
         task_vars = task_vars if task_vars is not None else {}
-        reason = fallback_reason(self, module_name, task_vars, wrap_async)
+        reason = bcd_compat.inprocess_unavailable()
+        if reason:
+            bcd_compat.note(reason, display)
+        else:
+            reason = fallback_reason(self, module_name, task_vars, wrap_async)
         python_name = None if reason else _module_python_name(self, module_name)
         if python_name is None:
             display.vvv(f"bcd: running {module_name} as a separate process: {reason or 'not a module of ' + COLLECTION}",
@@ -244,12 +215,7 @@ class BcdAction(ActionBase):
                     host=task_vars.get("inventory_hostname"))
         stdout, status = run_module_here(python_name, module_args)
         self._used_interpreter = None
-        data = self._parse_returned_data({"rc": status, "stdout": stdout, "stderr": ""}, PROFILE)
-        data.pop("_ansible_suppress_tmpdir_delete", None)
-        from ansible.vars.clean import remove_internal_keys
-
-        remove_internal_keys(data)
-        return data
+        return bcd_compat.parse_result(self, stdout, status)
 
 
 def decode(text: str) -> dict:

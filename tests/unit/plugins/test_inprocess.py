@@ -22,13 +22,24 @@ def run(args: dict, check_mode: bool = False, diff: bool = False) -> tuple[int, 
     return status, decode(text)
 
 
+def shown(res: dict) -> str:
+    """A module's result as the controller shows it (output, callbacks). Up to ansible-core 2.21
+    the module masks its no_log values itself; from 2.22 it names them (``_ansible_new_secrets``)
+    and ansible-core registers them and masks them wherever it shows a result."""
+    text = json.dumps(res, default=str)
+    try:
+        from ansible.module_utils.secrets import mask_secrets, register_secrets
+    except ImportError:
+        return text
+    register_secrets(res.get("_ansible_new_secrets") or [])
+    return mask_secrets(text)
+
+
 def test_a_no_log_value_is_masked_everywhere_it_appears():
     status, res = run({"name": "a", "secret": SECRET}, diff=True)
     assert status == 0
-    assert SECRET not in json.dumps(res, default=str)
-    assert res["msg"] == "a x1 with ********"
-    assert res["diff"]["after"] == "key: ********"
-    assert res["invocation"]["module_args"]["secret"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    assert SECRET not in shown(res)
+    assert res["msg"].startswith("a x1 with ") and res["diff"]["after"].startswith("key: ")
 
 
 def test_check_mode_and_diff_reach_the_module():
@@ -41,8 +52,8 @@ def test_check_mode_and_diff_reach_the_module():
 def test_a_failure_keeps_the_modules_message_masked():
     status, res = run({"name": "fail", "secret": SECRET})
     assert status == 1
-    assert res["failed"] is True and res["msg"] == "cannot do it with ********" and res["node"] == "n1"
-    assert SECRET not in json.dumps(res, default=str)
+    assert res["failed"] is True and res["msg"].startswith("cannot do it with ") and res["node"] == "n1"
+    assert SECRET not in shown(res)
 
 
 def test_argument_errors_name_the_option():
