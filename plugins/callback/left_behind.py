@@ -120,6 +120,7 @@ class CallbackModule(CallbackBase):
         self._secrets: dict[str, str] = {}  # a Secret the clean-up could not delete (its token revoked)
         self._minting: set[str] = set()  # hosts whose mint started and whose token is not noted yet
         self._first: dict[str, str] = {}
+        self._hosts: dict[str, object] = {}  # name -> the inventory's Host, for its variables
         self._task: str | None = None
         self._signal: str | None = None
         self._play = None
@@ -190,20 +191,23 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_start(self, host, task):
         # a token minted in the instant of an interruption is known only by the Secret it went to
+        self._hosts[host.get_name()] = host
         args = task.args or {}
         if (task.action or "").endswith("bcd_join_token") and args.get("state", "present") == "present":
             self._minting.add(host.get_name())
 
     # -- what the run holds ----------------------------------------------------------------------
     def _record(self, result, failed: bool):
-        host = result._host.get_name()
-        res = result._result or {}
-        action = result._task.action or ""
-        if failed and host not in self._first and not result._task.ignore_errors:
+        host = result.host.get_name()
+        self._hosts[host] = result.host
+        res = result.result or {}
+        task = result.task
+        action = task.action or ""
+        if failed and host not in self._first and not task.ignore_errors:
             msg = res.get("msg") or res.get("reason") or "failed"
-            self._first[host] = f'"{result._task.name or result._task.get_name()}" failed: {" ".join(str(msg).split())}'
+            self._first[host] = f'"{task.name or task.get_name()}" failed: {" ".join(str(msg).split())}'
         if action.endswith("bcd_lock") or action.endswith("bcd_rollout"):
-            args = result._task.args or {}
+            args = task.args or {}
             if action.endswith("bcd_lock") and args.get("state") == "absent" and not failed:
                 self._locks.pop(host, None)
             elif res.get("lease") and res.get("until") and res.get("holder") and not res.get("waiting"):
@@ -251,10 +255,12 @@ class CallbackModule(CallbackBase):
         play = self._play
         if play is None:
             raise RuntimeError("no play had started")
-        # no public callback API hands out a host's variables: the play's own manager does
-        manager = play._variable_manager
-        variables = manager.get_vars(play=play, host=manager._inventory.get_host(host))
-        templar = Templar(loader=play._loader, variables=variables)
+        # no callback API hands out a host's variables: the play's own manager does, for the Host
+        # object the task results carried
+        if host not in self._hosts:
+            raise RuntimeError(f"no task of {host} had started")
+        variables = play.get_variable_manager().get_vars(play=play, host=self._hosts[host])
+        templar = Templar(loader=play.get_loader(), variables=variables)
         config = templar.template(trust_as_template("{{ lookup('bcd.kubernetes.bcd_inventory') }}"))
         key = templar.template(trust_as_template("{{ bcd_api_key | default('') }}"))
         try:
