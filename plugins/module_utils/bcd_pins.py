@@ -128,6 +128,29 @@ class Unreachable(OSError):
     """The gateway could not be reached (or spoke no TLS) from here."""
 
 
+def unverified_chain(tls) -> list[bytes]:
+    """The DER certificates a connected ``ssl.SSLSocket`` was presented (leaf first), unverified.
+
+    Python 3.13 made ``SSLSocket.get_unverified_chain()`` public; it returns DER ``bytes``. From
+    3.10 to 3.12 only the underlying ``_sslobj`` has it, returning ``_ssl.Certificate`` objects
+    (PEM from their ``public_bytes()``). Either is read; where neither is, or the chain comes back
+    empty, the leaf alone (``getpeercert(binary_form=True)``), or ``[]`` when there is none.
+    """
+    import ssl
+
+    getter = getattr(tls, "get_unverified_chain", None) or getattr(getattr(tls, "_sslobj", None), "get_unverified_chain", None)
+    ders = []
+    for cert in (getter() if getter else None) or []:
+        if isinstance(cert, (bytes, bytearray)):
+            ders.append(bytes(cert))
+        else:
+            ders.append(ssl.PEM_cert_to_DER_cert(cert.public_bytes()))
+    if not ders:
+        leaf = tls.getpeercert(binary_form=True)
+        ders = [leaf] if leaf else []
+    return ders
+
+
 def _presented_chain(host: str, port: int, server_name: str, timeout: float) -> list[bytes]:
     """The DER certificates the TLS server at host:port presents (leaf first), unverified."""
     import socket
@@ -139,10 +162,7 @@ def _presented_chain(host: str, port: int, server_name: str, timeout: float) -> 
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
                 ctx.wrap_socket(raw, server_hostname=server_name) as tls:
-            # public from Python 3.13; the same method of the underlying object before
-            chain = tls.get_unverified_chain() if hasattr(tls, "get_unverified_chain") else tls._sslobj.get_unverified_chain()
-            ders = [c.public_bytes(ssl._ssl.ENCODING_DER) for c in chain or []]
-            return ders or [tls.getpeercert(binary_form=True)]
+            return unverified_chain(tls)
     except (OSError, ssl.SSLError) as exc:
         raise Unreachable(f"{type(exc).__name__}: {exc}") from None
 
