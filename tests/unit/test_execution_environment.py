@@ -60,8 +60,19 @@ def imported_distributions() -> set[str]:
     return {canonicalize_name(d) for t in tops for d in dists[t]}
 
 
+def ee_python() -> str:
+    """The EE's Python, ``major.minor``, from execution-environment.yml's interpreter path."""
+    ee = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    found = re.search(r"python(\d+\.\d+)$", ee["dependencies"]["python_interpreter"]["python_path"])
+    assert found, ee["dependencies"]["python_interpreter"]
+    return found[1]
+
+
 def repository_pins() -> dict[str, str]:
+    """The version each requirement is pinned to, for the EE's Python: a pin whose environment
+    marker excludes that Python (ansible-core's line for another Python) is not the EE's."""
     pins: dict[str, str] = {}
+    python = ee_python()
     files = sorted(ROOT.glob("requirements*.txt")) + sorted((ROOT / "requirements").glob("*.txt"))
     for path in files:
         for line in path.read_text().splitlines():
@@ -69,6 +80,8 @@ def repository_pins() -> dict[str, str]:
             if not line or line.startswith("-"):
                 continue
             req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({"python_version": python}):
+                continue
             spec = [s for s in req.specifier if s.operator == "=="]
             if spec:
                 pins[canonicalize_name(req.name)] = spec[0].version
