@@ -511,7 +511,10 @@ def test_modules_refuse_invalid_inventories_before_any_connection(reliability):
         assert code == 1 and result.get("failed"), result
         lines = result["msg"].splitlines()
         check_lines(lines, broken)
-        assert "Traceback" not in str(result) and API_KEY not in str(result)
+        # ansible-core 2.22 and later: the module names its no_log values (the API key) in
+        # _ansible_new_secrets, for the controller to mask wherever it shows a result; nowhere else
+        returned = {k: v for k, v in result.items() if k != "_ansible_new_secrets"}
+        assert "Traceback" not in str(returned) and API_KEY not in str(returned)
 
     prop()
     reliability.runs = counted["modules"]
