@@ -9,8 +9,9 @@ when :func:`preload` ran in the parent before the fork (the collection's stdout 
 
 What runs is the module's own ``main()`` and its own ``AnsibleModule``: the same argument
 validation and messages ("missing required arguments: run", "Unsupported parameters ..."), the
-same check mode and diff flags, the same masking of ``no_log`` values in all it returns
-(``remove_values``), the same ``fail_json`` results, the same warnings. Only the transport
+same check mode and diff flags, the same handling of ``no_log`` values (up to ansible-core 2.21
+the module masks them in all it returns; from 2.22 it names them to the controller, which masks
+them wherever it shows a result), the same ``fail_json`` results, the same warnings. Only the transport
 changes: the arguments are encoded and the result decoded with the serialization profile Ansible
 uses across the process boundary (so nothing controller-side leaks into the module, nor back),
 the result goes through ``ActionBase._parse_returned_data`` like a module's output does, and
