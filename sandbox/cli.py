@@ -1,4 +1,4 @@
-"""``python -m sandbox up|down|status|build|env|add-nodes N|kind ...``: the sandbox's command line.
+"""``python -m sandbox up|down|status|build|env|add-nodes N|kind ...|pyroot ...``: the sandbox's command line.
 
 Exit status 0 on success; 1 when a component fails to start (named, with the end of its log), a
 build fails, ``status`` finds the sandbox not up, or ``down`` leaves something behind.
@@ -19,12 +19,10 @@ import re
 import sys
 from pathlib import Path
 
-from kubernetes.client.rest import ApiException
-
-from sandbox import build, cluster, proc
-
 
 def _status(args) -> int:
+    from sandbox import cluster
+
     ok, report = cluster.status()
     if args.json:
         print(json.dumps(report, indent=2))
@@ -97,6 +95,24 @@ def main(argv: list[str] | None = None) -> int:
     kind_sub.add_parser("build", help="find or build the binaries and images of the kind test bed")
     kind_sub.add_parser("check", help="exit 0 when the cache is warm (up builds nothing); else say why, exit 2 "
                                       "when `build` would make it warm, 1 otherwise")
+    p_root = sub.add_parser("pyroot", help="a Debian trixie root (Python 3.13) with a venv per ansible-core version "
+                                           "(see sandbox/pyroot.py)")
+    root_sub = p_root.add_subparsers(dest="pyroot_cmd", required=True)
+    p_rb = root_sub.add_parser("build", help="build the root and its venvs into the cache unless built")
+    p_rb.add_argument("--force", action="store_true", help="build it again even when built")
+    p_rc = root_sub.add_parser("check", help="exit 0 when the root is built; else say why, exit 2 when `build` "
+                                             "would make it, 1 when it cannot be built here")
+    p_rc.add_argument("--no-probe", action="store_true",
+                      help="do not ask Debian's mirror and PyPI whether they answer")
+    p_rp = root_sub.add_parser("path", help="print the root's directory (exit 2 when not built), or with --core "
+                                            "the venv's path inside it")
+    p_rp.add_argument("--core", metavar="X.Y", help="an ansible-core line: 2.19, 2.20, 2.21, 2.22")
+    p_rr = root_sub.add_parser("run", help="run a command inside the root with a venv's bin first on PATH; "
+                                           "its exit status (125: the root could not run it)")
+    p_rr.add_argument("--core", metavar="X.Y", required=True, help="the ansible-core line: 2.19, 2.20, 2.21, 2.22")
+    p_rr.add_argument("--bind", metavar="DIR", action="append",
+                      help="one more host directory to see inside, at the same path (repeatable)")
+    p_rr.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     args = parser.parse_args(argv)
     if args.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", args.name):
         parser.error(f"--name {args.name!r}: letters, digits, '-' and '_' only, at most 63")
@@ -105,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     root = default_root()
     if args.dir or args.name:
         os.environ["SANDBOX_DIR"] = str(Path(args.dir).resolve() if args.dir else root / f".sandbox-{args.name}")
-    elif not os.environ.get("SANDBOX_DIR"):
+    if args.cmd == "pyroot":
+        # Before the defaults below: a command run inside gets the caller's environment as it is.
+        from sandbox import pyroot
+
+        return pyroot.main(args)
+    if not os.environ.get("SANDBOX_DIR"):
         os.environ["SANDBOX_DIR"] = str(root / ".sandbox")
     if not os.environ.get("KIND_DIR"):
         os.environ["KIND_DIR"] = str(root / ".kind")
@@ -117,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("kind up --nodes: a number >= 0, and only with --attach")
 
         return kind.main(args)
+
+    # Here, not at the top: `pyroot run` starts without the Kubernetes client (half a second).
+    from kubernetes.client.rest import ApiException
+
+    from sandbox import build, cluster, proc
 
     try:
         if args.cmd == "up":
