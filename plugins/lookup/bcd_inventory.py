@@ -68,5 +68,6 @@ class LookupModule(LookupBase):
             key = self._templar.template(variables[SECRET])
             if key is not None and not isinstance(key, str):
                 # Not a usable key: the model refuses an empty value of its type (never its content).
-                out[SECRET] = next((t() for t in (bool, int, float, list, dict) if type(key) is t), 0)
+                # bool first: a bool is an int too
+                out[SECRET] = next((t() for t in (bool, int, float, list, dict) if isinstance(key, t)), 0)
         return [out]

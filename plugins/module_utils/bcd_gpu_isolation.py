@@ -1463,7 +1463,7 @@ def combine(
         })
     return {
         "nodes": out,
-        "cluster_findings": policy_findings + [f for _, f in per_slice],
+        "cluster_findings": policy_findings + [f for _target, f in per_slice],
     }
 
 

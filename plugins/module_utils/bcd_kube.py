@@ -253,8 +253,8 @@ def slim_pod(pod: dict) -> dict:
     return {
         "metadata": out_meta,
         "spec": out_spec,
-        "status": _pick(pod.get("status"), ("phase", "reason", "message", "conditions", "initContainerStatuses",
-                                           "containerStatuses")),
+        "status": _pick(pod.get("status"),
+                        ("phase", "reason", "message", "conditions", "initContainerStatuses", "containerStatuses")),
     }
 
 

@@ -59,7 +59,9 @@ IMAGE_RE = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
     r"@sha256:(?P<digest>[0-9a-f]{64})\Z"
 )
-REGISTRY_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)\Z")
+# a host name (dot-separated DNS labels) or a bracketed IPv6 address, either with an optional port
+REGISTRY_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?"
+                         r"|\[[0-9a-fA-F:]+\](?::[0-9]+)?)\Z")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z")
 DURATION_RE = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?\Z")
 
@@ -174,17 +176,19 @@ def check_label_key(k: str) -> str:
     """A qualified name: ``[prefix/]name``, prefix a DNS-1123 subdomain, name 1..63 characters."""
     if not isinstance(k, str) or not k:
         raise ValueError("a label key must be a non-empty string")
-    prefix, _, name = k.rpartition("/")
+    prefix, _slash, name = k.rpartition("/")
     if "/" in k and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
         raise ValueError(f"label key {_show(k)}: the prefix must be a DNS-1123 subdomain")
     if len(name) > 63 or not LABEL_NAME.match(name):
-        raise ValueError(f"label key {_show(k)}: the name must be 1 to 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
+        raise ValueError(f"label key {_show(k)}: "
+                         "the name must be 1 to 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
     return k
 
 
 def check_label_value(v: str) -> str:
     if not isinstance(v, str) or (v and (len(v) > 63 or not LABEL_NAME.match(v))):
-        raise ValueError(f"label value {_show(v)} must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)")
+        raise ValueError(f"label value {_show(v)} "
+                         "must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)")
     return v
 
 
@@ -587,7 +591,7 @@ class Inventory(BaseModel):
     def _image(cls, v: str) -> str:
         if not isinstance(v, str):
             raise ValueError("must be an image reference pinned by digest")
-        first, _, rest = v.partition("/")
+        first, _slash, rest = v.partition("/")
         name = v
         if rest and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
             if not REGISTRY_RE.match(first):

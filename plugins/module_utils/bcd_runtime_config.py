@@ -78,7 +78,7 @@ def _empty(value) -> bool:
 
 
 def _mark(origin: dict, path: tuple, value, file: str) -> None:
-    for leaf, _ in cd.leaves(value, path):
+    for leaf, _value in cd.leaves(value, path):
         origin[leaf] = file
 
 

@@ -200,7 +200,8 @@ def present(module, inv, cp, core) -> None:
     if not max_uses or not 1 <= max_uses <= 10000:
         module.fail_json(msg=f"bcd_token_max_uses: {max_uses!r} is not 1 to 10000 (the nodes to join)", secret=where)
     if module.check_mode:
-        module.exit_json(changed=True, max_uses=max_uses, secret=where, msg=f"would mint a token for {max_uses} node(s) into Secret {where['namespace']}/{where['name']}")
+        module.exit_json(changed=True, max_uses=max_uses, secret=where,
+                         msg=f"would mint a token for {max_uses} node(s) into Secret {where['namespace']}/{where['name']}")
     key = inv.bcd_token_key or f"{p['cluster']}-{p['run']}"[:128]
     try:
         answer = cp.create_token(inv.bcd_tenant, inv.bcd_pool, max_uses, inv.bcd_token_ttl, key,
@@ -229,7 +230,7 @@ def present(module, inv, cp, core) -> None:
         except ControlPlaneError as rexc:
             cleanup.append(f"REVOKING token {answer['id']} FAILED ({rexc}); revoke it by hand")
         try:
-            deleted, _ = delete_secret(core, inv, False)
+            deleted, _note = delete_secret(core, inv, False)
             if deleted:
                 cleanup.append("Secret deleted")
         except KubeError as dexc:

@@ -119,7 +119,7 @@ def main() -> None:
         argv = [binary, "cdi", "generate", "--device-name-strategy=uuid", f"--output={tmp}"]
         if root != "/":
             argv += [f"--driver-root={root}", f"--dev-root={root}"]
-        rc, _, err = module.run_command(argv)
+        rc, _out, err = module.run_command(argv)
         if rc != 0:
             module.fail_json(msg=f"nvidia-ctk cdi generate failed (exit {rc}): {err.strip()}")
         with open(tmp, "rb") as handle:
