@@ -334,7 +334,7 @@ def check(probe: bool = True, checkout: Path = CHECKOUT) -> tuple[int, str]:
     why = cannot_build(probe)
     if why:
         return 1, f"pyroot: cannot be built here: {why}"
-    return 2, f"pyroot: cold: {why_cold(root)}; `python -m sandbox pyroot build` makes it (about 5 min)"
+    return 2, f"pyroot: cold: {why_cold(root)}; `python -m sandbox pyroot build` makes it (about 3 min)"
 
 
 # ---------------------------------------------------------------------------- running inside
