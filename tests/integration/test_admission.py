@@ -154,14 +154,15 @@ def test_a_policy_that_denies_privileged_pods_is_refused_before_the_mint(sandbox
 
 
 def test_a_quota_of_zero_pods_is_refused_in_the_preflight_in_check_mode_too(sandbox, world, reliability):
-    """The namespace exists (the run above applied it) with a quota of 0 pods of priority class
-    system-node-critical: the preflight's dry run is refused, with --check and without, naming the
-    quota and the fix; no token, no DaemonSet."""
+    """The namespace exists (as a run refused after applying it leaves it) with a quota of 0 pods
+    of priority class system-node-critical: the preflight's dry run is refused, with --check and
+    without, naming the quota and the fix; no token, no DaemonSet."""
     reliability.describe("False success", "a ResourceQuota of 0 system-node-critical pods in bcd-system "
                                           "(adopt-cluster.yml, --check and not)")
     runner = Runner(reliability)
     before = len(world.tokens())
     n = len(world.gpu_nodes())
+    sandbox.create_namespace(NS)
     quota(sandbox, "crit", 0)
     try:
         checked = runner.run("adopt-cluster.yml", "--check")
