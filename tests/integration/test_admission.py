@@ -7,8 +7,8 @@ preflight, rollout.yml before its lock); where it cannot (a quota added after th
 policy that exempts the operator but not the DaemonSet controller), the DaemonSet wait and the
 rollout's health gate read the FailedCreate events and fail within seconds, quoting the reason.
 
-The tests run in file order on one sandbox, from an unadopted cluster; each removes the quota or
-policy it added, whatever happens. docs/reliability.md records the time to each failure.
+Each test starts from an unadopted cluster (the ``unadopted`` fixture) and removes the quota or
+policy it added, whatever happens, so the tests pass in any order. docs/reliability.md records the time to each failure.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """adopt-cluster.yml against the sandbox: a real API server, KWOK nodes and the control-plane emulator.
 
-The tests run in file order and share one sandbox: the first adoption, a second run that
-changes nothing, check mode, then failures (a refused join, a selector that selects nothing).
+Each test starts from the cluster it names (``unadopted`` or ``adopted``), in any order: the
+first adoption, a second run that changes nothing, check mode, then failures (a refused join, a
+selector that selects nothing, a wrong pin).
 """
 
 from __future__ import annotations
