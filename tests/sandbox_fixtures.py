@@ -179,6 +179,7 @@ def ensure_unadopted(sandbox, cp, cpvars) -> None:
     _ADOPTED.pop(str(sandbox.dir), None)
     _restore(sandbox, cp, cpvars)
     sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    baseline.drop_bcd_labels(sandbox.dir)
     baseline.reset_cluster_policy(sandbox.dir)
 
 
@@ -197,6 +198,6 @@ def adopted(sandbox, cp, cpvars):
 def unadopted(sandbox, cp, cpvars):
     """A cluster not adopted yet, whatever ran before (``pytest.mark.usefixtures("unadopted")``):
     nothing left over (``sandbox.baseline``), no unrevoked token, no bcd namespace (waited until
-    gone), no node known to the control plane, the ClusterPolicy as the GPU operator's chart
-    creates it."""
+    gone), no node known to the control plane nor labelled ``bcd.dev/*``, the ClusterPolicy as the
+    GPU operator's chart creates it."""
     ensure_unadopted(sandbox, cp, cpvars)

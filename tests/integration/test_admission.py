@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.helpers import run_playbook
 from tests.reliability.harness import INVENTORY_IMAGE, Runner, Trigger, World, paused
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("unadopted")]
@@ -153,7 +154,7 @@ def test_a_policy_that_denies_privileged_pods_is_refused_before_the_mint(sandbox
                                 "tokens minted": len(world.tokens()) - before})
 
 
-def test_a_quota_of_zero_pods_is_refused_in_the_preflight_in_check_mode_too(sandbox, world, reliability):
+def test_a_quota_of_zero_pods_is_refused_in_the_preflight_in_check_mode_too(sandbox, world, reliability, tmp_path):
     """The namespace exists (as a run refused after applying it leaves it) with a quota of 0 pods
     of priority class system-node-critical: the preflight's dry run is refused, with --check and
     without, naming the quota and the fix; no token, no DaemonSet."""
@@ -162,7 +163,11 @@ def test_a_quota_of_zero_pods_is_refused_in_the_preflight_in_check_mode_too(sand
     runner = Runner(reliability)
     before = len(world.tokens())
     n = len(world.gpu_nodes())
-    sandbox.create_namespace(NS)
+    rendered = tmp_path / "render.json"
+    render = run_playbook("render.yml", "-e", f"bcd_render_out={rendered}")
+    assert render.returncode == 0, render.stdout[-2000:]
+    namespace = next(i for i in json.loads(rendered.read_text())["items"] if i["kind"] == "Namespace")
+    sandbox.kubectl("apply", "--server-side", "--field-manager=bcd-ansible", "-f", "-", input=json.dumps(namespace))
     quota(sandbox, "crit", 0)
     try:
         checked = runner.run("adopt-cluster.yml", "--check")
