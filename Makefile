@@ -93,8 +93,10 @@ test-kind: setup
 
 test: lint docs test-unit test-sandbox test-molecule test-kind
 
+# The long tests keep their file order for now (their files rotate under CI's deadline instead:
+# tests/reliability/plugin.py) until each has been run in shuffled orders too.
 test-long: setup
-	$(BIN)/pytest $(ORDER) -m long
+	$(BIN)/pytest -p no:randomly -m long
 
 # the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
 # roles and changelog, a page per playbook, the guides (README, docs/*.md, sandbox/README.md), rendered by Sphinx.

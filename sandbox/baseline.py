@@ -123,6 +123,11 @@ def _nodes(sdir: Path, state: dict, core, admin, timeout: float) -> list[str]:
             done.append(f"node {name}: put back its allocatable resources")
     for name in extra:
         core.delete_node(name)
+    # and their pods and Leases now, not when the garbage collectors get to them: a Node added
+    # again under the same name would otherwise find the old pod bound to it (and joined)
+    for name in extra:
+        for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
     if extra:
         admin.forget_nodes(extra)
         state["gpu_nodes"] = count
@@ -132,13 +137,15 @@ def _nodes(sdir: Path, state: dict, core, admin, timeout: float) -> list[str]:
     while True:
         nodes = core.list_node().items
         left = [n.metadata.name for n in nodes if n.metadata.name in extra]
+        left += [f"pod {p.metadata.namespace}/{p.metadata.name}" for name in extra
+                 for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items]
         not_ready = [n.metadata.name for n in nodes if n.metadata.name in base
                      and not any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
         if not left and not not_ready:
             break
         if time.monotonic() > deadline:
             now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-            raise TimeoutError(f"sandbox baseline ({now}): node(s) {', '.join(left)} not gone, "
+            raise TimeoutError(f"sandbox baseline ({now}): {', '.join(left)} not gone, "
                                f"{', '.join(not_ready)} not Ready within {timeout:g} s")
         time.sleep(0.5)
     return done
@@ -325,3 +332,19 @@ def adoption_drift(sdir: Path, image: str) -> list[str]:
             if extra:
                 drift.append(f"{kind}(s) not bcd's: {', '.join(extra)}")
     return drift
+
+
+def drop_bcd_labels(sdir: Path) -> list[str]:
+    """Remove the ``bcd.dev/*`` labels adoption and the control plane's joiner put on Nodes (a
+    cluster not adopted has none); return the Nodes changed."""
+    from kubernetes import client
+
+    done = []
+    with cluster.api_client(sdir) as api:
+        core = client.CoreV1Api(api)
+        for node in core.list_node().items:
+            bcd = [k for k in node.metadata.labels or {} if k.startswith("bcd.dev/")]
+            if bcd:
+                core.patch_node(node.metadata.name, {"metadata": {"labels": dict.fromkeys(bcd)}})
+                done.append(node.metadata.name)
+    return done

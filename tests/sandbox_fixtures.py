@@ -149,14 +149,8 @@ def _fleet_drift(sandbox, cp, cpvars, generation: int) -> list[str]:
             + [f"{n} reports {states.get(n, 'nothing')}" for n in gpu if states.get(n) != "adopting"])
 
 
-@pytest.fixture
-def adopted(sandbox, cp, cpvars):
-    """An adopted cluster, as bcd-ansible alone leaves it (``pytest.mark.usefixtures("adopted")``):
-    the inventory's image, bcd-ansible the only field manager of bcd's objects, every GPU node
-    reporting ``adopting``, nothing else left over (``sandbox.baseline``). Checked before each test,
-    adopted again only when a test changed any of that: a cluster with another image, another
-    field manager or a client-side apply is unadopted first (adopt-cluster.yml refuses to change
-    a running DaemonSet's image, and takes over only the fields that differ)."""
+def ensure_adopted(sandbox, cp, cpvars) -> None:
+    """The ``adopted`` fixture's work, for a fixture of a wider scope (see ``adopted``)."""
     from sandbox import baseline
     from tests.helpers import run_playbook
 
@@ -178,15 +172,32 @@ def adopted(sandbox, cp, cpvars):
     _ADOPTED[key] = _fingerprint(sandbox)
 
 
-@pytest.fixture
-def unadopted(sandbox, cp, cpvars):
-    """A cluster not adopted yet, whatever ran before (``pytest.mark.usefixtures("unadopted")``):
-    nothing left over (``sandbox.baseline``), no unrevoked token, no bcd namespace (waited until
-    gone), no node known to the control plane, the ClusterPolicy as the GPU operator's chart
-    creates it."""
+def ensure_unadopted(sandbox, cp, cpvars) -> None:
+    """The ``unadopted`` fixture's work, for a fixture of a wider scope (see ``unadopted``)."""
     from sandbox import baseline
 
     _ADOPTED.pop(str(sandbox.dir), None)
     _restore(sandbox, cp, cpvars)
     sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
+    baseline.drop_bcd_labels(sandbox.dir)
     baseline.reset_cluster_policy(sandbox.dir)
+
+
+@pytest.fixture
+def adopted(sandbox, cp, cpvars):
+    """An adopted cluster, as bcd-ansible alone leaves it (``pytest.mark.usefixtures("adopted")``):
+    the inventory's image, bcd-ansible the only field manager of bcd's objects, every GPU node
+    reporting ``adopting``, nothing else left over (``sandbox.baseline``). Checked before each test,
+    adopted again only when a test changed any of that: a cluster with another image, another
+    field manager or a client-side apply is unadopted first (adopt-cluster.yml refuses to change
+    a running DaemonSet's image, and takes over only the fields that differ)."""
+    ensure_adopted(sandbox, cp, cpvars)
+
+
+@pytest.fixture
+def unadopted(sandbox, cp, cpvars):
+    """A cluster not adopted yet, whatever ran before (``pytest.mark.usefixtures("unadopted")``):
+    nothing left over (``sandbox.baseline``), no unrevoked token, no bcd namespace (waited until
+    gone), no node known to the control plane nor labelled ``bcd.dev/*``, the ClusterPolicy as the
+    GPU operator's chart creates it."""
+    ensure_unadopted(sandbox, cp, cpvars)

@@ -169,8 +169,11 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(sandbox, unadopted):
-    """The join tests' world, on a sandbox that no earlier test left adopted (``unadopted``)."""
+def env(sandbox, cp, cpvars):
+    """The join tests' world, on a sandbox that no earlier test left adopted (``ensure_unadopted``)."""
+    from tests.sandbox_fixtures import ensure_unadopted
+
+    ensure_unadopted(sandbox, cp, cpvars)
     service.start(sandbox.dir, sandbox.kubeconfig)
     e = Env(sandbox)
     others = e.other_bcd_daemonsets()

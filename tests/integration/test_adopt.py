@@ -1,7 +1,8 @@
 """adopt-cluster.yml against the sandbox: a real API server, KWOK nodes and the control-plane emulator.
 
-The tests run in file order and share one sandbox: the first adoption, a second run that
-changes nothing, check mode, then failures (a refused join, a selector that selects nothing).
+Each test starts from the cluster it names (``unadopted`` or ``adopted``), in any order: the
+first adoption, a second run that changes nothing, check mode, then failures (a refused join, a
+selector that selects nothing, a wrong pin).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kubernetes import client as k8s
 from tests.helpers import recap, run_playbook
 from tests.secrets_scan import files_touched_since, find_in_files, find_in_text
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("unadopted")]
+pytestmark = [pytest.mark.sandbox]
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,7 @@ def annotations_and_events(sandbox, namespace="bcd-system") -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.usefixtures("unadopted")
 def test_selector_that_selects_nothing_fails_in_preflight(sandbox, cp, cpvars):
     before = len(tokens(cp, cpvars))
     run = run_playbook("adopt-cluster.yml", "-e", '{"bcd_node_selector": {"nvidia.com/gpu.product": "no-such-gpu"}}')
@@ -67,6 +69,7 @@ def test_selector_that_selects_nothing_fails_in_preflight(sandbox, cp, cpvars):
     assert len(tokens(cp, cpvars)) == before, "no token was minted"
 
 
+@pytest.mark.usefixtures("unadopted")
 def test_adopt_joins_every_gpu_node_and_leaves_no_token_or_secret(sandbox, cp, cpvars, tmp_path):
     secret_out = tmp_path / "bcd-join-secret.json"
     started = time.time() - 1
@@ -110,6 +113,7 @@ def test_adopt_joins_every_gpu_node_and_leaves_no_token_or_secret(sandbox, cp, c
     assert "last-applied-configuration" not in annotations_and_events(sandbox)
 
 
+@pytest.mark.usefixtures("adopted")
 def test_second_run_changes_nothing_and_mints_no_token(sandbox, cp, cpvars):
     before = len(tokens(cp, cpvars))
     run = run_playbook("adopt-cluster.yml")
@@ -136,6 +140,7 @@ def lease_holder(sandbox) -> str | None:
     return json.loads(got.stdout)["spec"].get("holderIdentity") if got.returncode == 0 else None
 
 
+@pytest.mark.usefixtures("adopted")
 def test_a_lock_an_interrupted_run_left_is_taken_over_and_released(sandbox, cp, cpvars):
     """An earlier run on this host died holding the lock (its cleanup failed): the next run, with
     nothing else to do, says so, takes the lock over and releases it, as the left_behind callback
@@ -167,6 +172,7 @@ def test_a_lock_an_interrupted_run_left_is_taken_over_and_released(sandbox, cp, 
         sandbox.kubectl("delete", "lease", "-n", "bcd-system", "bcd-ansible-lock", "--ignore-not-found", check=False)
 
 
+@pytest.mark.usefixtures("adopted")
 def test_check_mode_shows_the_change_and_changes_nothing(sandbox, cp, cpvars):
     apps = k8s.AppsV1Api(sandbox.api_client())
     core = k8s.CoreV1Api(sandbox.api_client())
@@ -181,6 +187,7 @@ def test_check_mode_shows_the_change_and_changes_nothing(sandbox, cp, cpvars):
     assert len(tokens(cp, cpvars)) == before, "check mode mints nothing"
 
 
+@pytest.mark.usefixtures("adopted")
 def test_a_refused_join_fails_naming_the_node_and_cleans_up(sandbox, cp, cpvars, admin):
     (new,) = sandbox.add_nodes(1)
     admin.patch_faults({"refuseJoin": {new: "maintenance window"}})
@@ -202,6 +209,7 @@ def test_a_refused_join_fails_naming_the_node_and_cleans_up(sandbox, cp, cpvars,
     assert reporting(cp, cpvars)[new]["state"] in ("adopting", "ready")
 
 
+@pytest.mark.usefixtures("adopted")
 @pytest.mark.parametrize("pin", ["serving_ca", "join_signing"])
 def test_a_wrong_pin_is_refused_before_anything_is_applied(sandbox, cp, cpvars, pin):
     """Another valid pin than the control plane's (the run that once applied the ConfigMap and

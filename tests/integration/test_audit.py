@@ -4,7 +4,8 @@ left behind, an unrevoked token, and a node that stops reporting, exactly the ri
 and names the cause. The JUnit file validates against the JUnit schema and the textfile parses
 with prometheus_client's parser.
 
-Each fault is undone before the next test (so the tests run in file order on one sandbox).
+Each test starts from the cluster as bcd-ansible alone adopts it (the ``adopted`` fixture) and
+undoes its fault, so the tests pass in any order.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """gpu-stack.yml and doctor.yml against the sandbox: a real API server, KWOK GPU nodes, the
 ClusterPolicy CRD with one object in the GPU operator's default state.
 
-The tests run in file order and share one sandbox. The module fixture puts the ClusterPolicy in
-the operator's default state first and puts back what it found at the end, so other test files
-see the sandbox as it was.
+Each test states the ClusterPolicy it starts from: ``before`` (the operator's default state) or
+``configured`` (as gpu-stack.yml leaves it), so they pass in any order. The module fixture puts
+back what it found at the end, so other test files see the sandbox as it was.
 """
 
 from __future__ import annotations
@@ -49,16 +49,31 @@ def replace_spec(api, spec: dict) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def default_policy(api):
-    """The ClusterPolicy in the operator's default state for these tests; what was there, after."""
+def saved_policy(api):
+    """The ClusterPolicy's spec as it was before these tests, put back after them."""
     saved = copy.deepcopy(read_policy(api)["spec"])
-    spec = copy.deepcopy(saved)
+    yield saved
+    replace_spec(api, saved)
+
+
+@pytest.fixture
+def before(api, saved_policy):
+    """The ClusterPolicy in the operator's default state (as a cluster bcd never configured has it)."""
+    spec = copy.deepcopy(saved_policy)
     spec.update(copy.deepcopy(DEFAULT_SPEC))
     spec["toolkit"].pop("env", None)
     spec["cdi"].pop("nriPluginEnabled", None)
     replace_spec(api, spec)
-    yield
-    replace_spec(api, saved)
+
+
+@pytest.fixture
+def configured(api, saved_policy):
+    """The ClusterPolicy as gpu-stack.yml configures it (run when it is not)."""
+    spec = read_policy(api)["spec"]
+    if not (spec.get("devicePlugin", {}).get("enabled") is False and {"name": ENV, "value": "false"} in spec["toolkit"].get("env", [])
+            and spec.get("cdi", {}).get("enabled") is True and spec["cdi"].get("nriPluginEnabled") is False):
+        run = run_playbook("gpu-stack.yml")
+        assert run.returncode == 0, run.stdout[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +130,7 @@ def gpu_nodes_inventory(tmp_path: Path, roots: dict[str, Path], unreachable: tup
 
 # --- configure and verify -----------------------------------------------------------------------
 
+@pytest.mark.usefixtures("before")
 def test_doctor_shows_the_cluster_level_findings_before(sandbox, tmp_path, gpu_names):
     run, data = doctor(tmp_path)
     assert run.returncode != 0, run.stdout[-3000:]
@@ -129,6 +145,7 @@ def test_doctor_shows_the_cluster_level_findings_before(sandbox, tmp_path, gpu_n
     assert data["cluster_policies"] == ["cluster-policy"]
 
 
+@pytest.mark.usefixtures("before")
 def test_check_mode_changes_nothing(api):
     before = read_policy(api)
     run = run_playbook("gpu-stack.yml", "--check", "--diff")
@@ -140,6 +157,7 @@ def test_check_mode_changes_nothing(api):
     assert after["spec"] == before["spec"]
 
 
+@pytest.mark.usefixtures("before")
 def test_gpu_stack_isolates_the_cluster_and_a_second_run_changes_nothing(api, gpu_names):
     run = run_playbook("gpu-stack.yml", "--diff")
     out = run.stdout
@@ -164,6 +182,7 @@ def test_gpu_stack_isolates_the_cluster_and_a_second_run_changes_nothing(api, gp
     assert recap(second.stdout)["sandbox"]["changed"] == 0
 
 
+@pytest.mark.usefixtures("configured")
 def test_doctor_shows_no_finding_after(tmp_path, gpu_names):
     run, data = doctor(tmp_path)
     assert run.returncode == 0, run.stdout[-3000:]
@@ -173,6 +192,7 @@ def test_doctor_shows_no_finding_after(tmp_path, gpu_names):
     assert all(any("NOT read" in note for note in n["notes"]) for n in data["nodes"]), "says the files were not read"
 
 
+@pytest.mark.usefixtures("configured")
 def test_env_entries_already_there_are_kept(api):
     spec = read_policy(api)["spec"]
     spec["toolkit"]["env"] = [{"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"},
@@ -191,6 +211,7 @@ def test_env_entries_already_there_are_kept(api):
 
 # --- the gate -----------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("configured")
 def test_a_node_with_allocatable_nvidia_gpu_fails_the_gate_before_the_mint(sandbox, api, tmp_path, gpu_names):
     core = k8s.CoreV1Api(api)
     name = gpu_names[1]
@@ -228,6 +249,7 @@ def _slice(name, driver, node=None):
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
 
 
+@pytest.mark.usefixtures("configured")
 def test_a_gpu_nvidia_com_resource_slice_fails_the_gate(api, tmp_path, gpu_names):
     custom = k8s.CustomObjectsApi(api)
     target = gpu_names[-1]
@@ -254,6 +276,7 @@ def test_a_gpu_nvidia_com_resource_slice_fails_the_gate(api, tmp_path, gpu_names
     assert run_gate(tmp_path).returncode == 0
 
 
+@pytest.mark.usefixtures("configured")
 def test_other_device_plugins_gpu_resources_fail_the_gate(api, tmp_path, gpu_names):
     """Volcano's vGPU, Alibaba's GPU sharing and HAMi's memory resources on Node allocatable are
     another device plugin's GPUs; bcd_foreign_gpu_resources adds a resource of the operator's own."""
@@ -288,6 +311,7 @@ def test_other_device_plugins_gpu_resources_fail_the_gate(api, tmp_path, gpu_nam
     assert set(verdicts(data).values()) == {"isolated"}, data["nodes"]
 
 
+@pytest.mark.usefixtures("configured")
 def test_several_cluster_policies_are_judged_by_the_one_the_operator_acts_on(api, tmp_path):
     """The operator acts on the oldest ClusterPolicy and marks the others ignored: gpu-stack.yml
     configures every one, the verdict follows the active one, a note names the ignored one."""
@@ -313,6 +337,7 @@ def test_several_cluster_policies_are_judged_by_the_one_the_operator_acts_on(api
         custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "zz-second")
 
 
+@pytest.mark.usefixtures("configured")
 def test_the_toolkit_preset_follows_the_install_dir(api, tmp_path):
     """A ClusterPolicy whose toolkit.installDir is not the default (GKE COS): the gpu-operator
     preset would mount the wrong directory, so the gate says not-ready with the fix; the preset
@@ -351,6 +376,7 @@ def test_an_api_error_is_an_error_not_no_findings(sandbox, tmp_path):
 
 # --- node files -----------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("configured")
 def test_node_files_from_gpu_nodes_hosts_and_collected_roots(tmp_path, gpu_names):
     n1, n2, n3 = gpu_names[:3]
     roots = {n1: tmp_path / n1, n2: tmp_path / n2}
@@ -371,6 +397,7 @@ def test_node_files_from_gpu_nodes_hosts_and_collected_roots(tmp_path, gpu_names
     assert data["unmatched_node_files"] == ["gpu-node-99"]
 
 
+@pytest.mark.usefixtures("configured")
 def test_an_unreachable_gpu_node_is_unverifiable(tmp_path, gpu_names):
     n1 = gpu_names[0]
     inv = gpu_nodes_inventory(tmp_path, {}, unreachable=(n1,))
@@ -380,6 +407,7 @@ def test_an_unreachable_gpu_node_is_unverifiable(tmp_path, gpu_names):
     assert node["verdict"] == "unverifiable" and node["findings"][0]["check"] == "node-files"
 
 
+@pytest.mark.usefixtures("configured")
 @pytest.mark.long  # slow: make test-long keeps make test within its budget
 def test_packages_mode_on_the_sandbox(tmp_path, gpu_names):
     """Packages mode end to end: nvidia-ctk on each gpu_nodes host (folders), then the gate passes
@@ -527,7 +555,7 @@ def test_both_entry_points_work_included_from_another_play(api, tmp_path):
 def test_dra_without_a_cluster_policy_reports_the_driver_and_creates_none(api, tmp_path, gpu_names):
     """The GPU operator installed for DRA only: ResourceSlices of gpu.nvidia.com, no
     ClusterPolicy. doctor.yml reports the driver; gpu-stack.yml stops naming it and creates no
-    ClusterPolicy. (Last in this file: the ClusterPolicy is deleted and made again.)"""
+    ClusterPolicy. (The ClusterPolicy is deleted and made again.)"""
     custom = k8s.CustomObjectsApi(api)
     saved = read_policy(api)
     custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
@@ -554,3 +582,6 @@ def test_dra_without_a_cluster_policy_reports_the_driver_and_creates_none(api, t
             "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
             "metadata": {k: meta[k] for k in ("name", "labels", "annotations") if meta.get(k)},
             "spec": saved["spec"]}, field_manager="helm")
+        # and its status, which the operator writes (the sandbox has no operator to write it)
+        custom.patch_cluster_custom_object_status("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
+                                                  {"status": saved.get("status") or {"state": "ready"}})

@@ -46,6 +46,7 @@ def interrupt_node_wait(sandbox, signum: int, log, faults: dict | None = None) -
 
     admin = Admin.for_sandbox(sandbox.dir)
     admin.set_faults({"muteReports": ["gpu-node-1"], "offlineGraceSeconds": 1})
+    proc = None
     try:
         with log.open("w") as fh:
             proc = subprocess.Popen([str(VENV_BIN / "ansible-playbook"), "adopt-cluster.yml"], cwd=str(ROOT),
@@ -65,6 +66,9 @@ def interrupt_node_wait(sandbox, signum: int, log, faults: dict | None = None) -
         return rc, time.monotonic() - sent
     finally:
         admin.clear_faults()
+        if proc is not None and proc.poll() is None:  # a failed assert: no run outlives the test
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def minted(out: str) -> tuple[str, str, str]:

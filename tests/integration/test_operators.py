@@ -1,4 +1,4 @@
-"""What operators meet on a real cluster (the sandbox), in file order on one sandbox:
+"""What operators meet on a real cluster (the sandbox), each test from the cluster it names:
 
 check mode before adoption shows the objects; a GPU Node too small for bcd's requests is named
 with the scheduler's reason (and warned about in preflight); the report names the kubeconfig and

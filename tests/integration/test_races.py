@@ -85,6 +85,14 @@ class Run:
         return self.proc.wait(timeout=timeout)
 
 
+def stop(*runs: Run | None) -> None:
+    """Kill what is still running of ``runs``: no playbook outlives its test."""
+    for run in runs:
+        if run is not None and run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(timeout=30)
+
+
 @pytest.fixture
 def clean(sandbox):
     yield
@@ -104,7 +112,7 @@ def test_adopt_waiting_for_the_lock_never_rolls_back_the_rollout_that_held_it(sa
     leftover_secret(sandbox)
     # another run holds the lock: adopt waits for it, after its checks before the lock
     lease(sandbox, "ops@elsewhere pid=1 run=gate")
-    adopt = Run(tmp_path, "adopt", "adopt-cluster.yml")
+    adopt, rollout = Run(tmp_path, "adopt", "adopt-cluster.yml"), None
     try:
         adopt.wait_for("which another bcd-ansible run holds")
         # hand the lock to the rollout as it starts (its holder identity: this user and host, its
@@ -115,8 +123,7 @@ def test_adopt_waiting_for_the_lock_never_rolls_back_the_rollout_that_held_it(sa
         assert fleet_images(sandbox) == (NEW[0], {NEW[0]})
         assert adopt.finish() != 0, adopt.text()[-4000:]
     finally:
-        if adopt.proc.poll() is None:
-            adopt.proc.kill()
+        stop(adopt, rollout)
     out = adopt.text()
     assert f"runs {NEW[0]}, but bcd_image in the inventory is {inventory}" in out, out[-4000:]
     assert "read under the lock of the cluster" in out and "Nothing was changed and no token minted" in out
@@ -137,10 +144,13 @@ def test_a_rollout_started_first_keeps_its_digest_whichever_run_takes_the_lock(s
     reliability.runs = 2
     running, _ = fleet_images(sandbox)
     leftover_secret(sandbox)
-    rollout = Run(tmp_path, "rollout", "rollout.yml", "-e", f"bcd_image={NEW[1]}", *QUICK)
-    time.sleep(2)
-    adopt = Run(tmp_path, "adopt", "adopt-cluster.yml", "-e", f"bcd_image={running}")
-    rolled, adopted = rollout.finish(), adopt.finish()
+    rollout, adopt = Run(tmp_path, "rollout", "rollout.yml", "-e", f"bcd_image={NEW[1]}", *QUICK), None
+    try:
+        time.sleep(2)
+        adopt = Run(tmp_path, "adopt", "adopt-cluster.yml", "-e", f"bcd_image={running}")
+        rolled, adopted = rollout.finish(), adopt.finish()
+    finally:
+        stop(rollout, adopt)
     image, pods = fleet_images(sandbox)
     if rolled == 0:
         assert (image, pods) == (NEW[1], {NEW[1]}), adopt.text()[-4000:]

@@ -4,8 +4,8 @@ the batch's size, then OnDelete once it has replaced the batch's pods), against 
 With ``bcd_rollout_canary: 0`` the first stage is a batch, so a digest whose pods never turn
 Ready (``dead...``: sandbox/kwok/kwok.yaml) fails a batch the controller picked: the rollout
 stops at that stage naming its nodes, no further batch starts (the strategy is OnDelete), and
-the rollback restores the previous image on the rolled nodes. They run in file order on one
-adopted cluster (3 GPU nodes by default: batches of 2 and 1).
+the rollback restores the previous image on the rolled nodes. Each starts from the cluster
+adopted on the inventory's digest (3 GPU nodes by default: batches of 2 and 1), in any order.
 """
 
 from __future__ import annotations

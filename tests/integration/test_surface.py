@@ -6,8 +6,8 @@ audit.yml fails naming each field, its live and rendered values and its manager,
 path first; adopt-cluster.yml and rollout.yml restore the render (or refuse, naming the field and
 the manager, with bcd_adopt_foreign_objects false) and a second run has nothing to do; `kubectl
 rollout restart` and an allowed path are no drift; a restore or a render that would take bcd off a
-Node is refused, naming the Node and bcd_allow_node_loss. The tests run in file order on one
-sandbox and undo what they change.
+Node is refused, naming the Node and bcd_allow_node_loss. Each test starts from the
+cluster as bcd-ansible alone adopts it (the ``adopted`` fixture), in any order.
 """
 
 from __future__ import annotations
