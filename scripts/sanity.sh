@@ -3,7 +3,7 @@
 # ansible-test wants the collection at .../ansible_collections/bcd/kubernetes and follows no
 # symlink there, so it runs on the built collection, unpacked in a temp directory. Each sanity test runs in its own virtualenv (--venv) with the pinned tools
 # ansible-test brings (pylint, yamllint, ...), which pip takes from PyPI on the first run and
-# keeps under ~/.ansible/test/venv. Ignored checks and their reasons: tests/sanity/ignore-2.19.txt.
+# keeps under ~/.ansible/test/venv. Ignored checks and their reasons: tests/sanity/ignore-<ansible-core line>.txt.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/.venv/bin}
@@ -27,4 +27,9 @@ if [ -n "$pip_version" ]; then
   { printf 'PIP_ENV = %s\n' "$("$BIN/python" -c 'import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith("PIP_")}))')"
     cat "$ROOT/scripts/get_pip.py"; } > "$cache"
 fi
-"$BIN/ansible-test" sanity --python 3.11 --venv --color no "$@"
+# The sanity venvs use the Python of $BIN's ansible-core (3.11 for 2.19 in .venv; 3.12 or later for
+# 2.20 and later), made from the interpreter that venv was made from (so no pythonX.Y on PATH is
+# needed); each ansible-core line reads its own tests/sanity/ignore-<major.minor>.txt.
+python=$(readlink -f "$BIN/python")
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+"$BIN/ansible-test" sanity --python "$version" --python-interpreter "$python" --venv --color no "$@"
