@@ -192,7 +192,12 @@ def env(sandbox, cp, cpvars):
 
 
 @pytest.fixture
-def ns(env, request):
+def ns(env, request, sandbox):
+    """A namespace of the test's own, on nodes no earlier join labelled (the joiner's
+    ``bcd.dev/*`` labels stay on a Node after the emulator forgets it)."""
+    from sandbox import baseline
+
+    baseline.drop_bcd_labels(sandbox.dir)
     name = f"cpj-{time.time_ns() % 10**10}"
     yield name
     env.admin.clear_faults()
