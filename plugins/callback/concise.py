@@ -112,10 +112,13 @@ class CallbackModule(DefaultCallback):
         run's, not the task's: it is said once, here, and shows no task."""
         if not isinstance(res, dict):
             return False
-        warned = list(res.get("warnings") or [])
-        for note in [w for w in warned if bcd_compat.is_note(w)]:
-            bcd_compat.note(getattr(getattr(note, "event", None), "msg", note), self._display)
-            warned.remove(note)
+        warned = False
+        for warning in res.get("warnings") or []:
+            text = bcd_compat.note_of(warning)
+            if text:
+                bcd_compat.note(text, self._display)
+            else:
+                warned = True
         return bool(res.get("changed") or res.get("_ansible_verbose_always") or warned or res.get("deprecations"))
 
     def v2_runner_item_on_ok(self, result):

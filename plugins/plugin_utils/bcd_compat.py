@@ -286,7 +286,13 @@ def callback_unavailable(callback: object, version: str | None = None) -> str | 
     return reason
 
 
-def is_note(warning: object) -> bool:
-    """Whether a result's warning (a string, or ansible-core's warning object) is one of ours."""
-    msg = getattr(getattr(warning, "event", None), "msg", warning)
-    return isinstance(msg, str) and msg.startswith(NOTE_PREFIX)
+def note_of(warning: object) -> str | None:
+    """The text of a result's warning when it is one of our notes, else None. A warning is a
+    string, ansible-core's warning object (``.event.msg``) or, in a callback's copy of a result,
+    a mapping (``{"event": {"msg": ...}}``)."""
+    if isinstance(warning, Mapping):
+        event = warning.get("event")
+        msg = event.get("msg") if isinstance(event, Mapping) else warning.get("msg")
+    else:
+        msg = getattr(getattr(warning, "event", None), "msg", warning)
+    return msg if isinstance(msg, str) and msg.startswith(NOTE_PREFIX) else None

@@ -88,7 +88,9 @@ def test_a_note_is_said_once_per_process(fresh):
     for _ in range(3):
         fresh.note("bcd: ansible-core 9.9 is untested", Display())
     assert said == ["bcd: ansible-core 9.9 is untested"]
-    assert fresh.is_note("bcd: ansible-core 9.9 is untested") and not fresh.is_note("a warning")
+    assert fresh.note_of("bcd: ansible-core 9.9 is untested") == "bcd: ansible-core 9.9 is untested"
+    assert fresh.note_of({"event": {"msg": "bcd: ansible-core 9.9 is untested"}}) == "bcd: ansible-core 9.9 is untested"
+    assert fresh.note_of("a warning") is None and fresh.note_of({"event": {"msg": "a warning"}}) is None
 
 
 PLAY = """
