@@ -26,11 +26,12 @@ $(COLL_LINK):
 	ln -sfn ../../.. $(COLL_LINK)
 
 $(STAMP): requirements.txt requirements-dev.txt sandbox/pyproject.toml requirements.yml scripts/install_collections.py
-	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11)"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11 to 3.13)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	$(BIN)/python scripts/install_collections.py --dest collections
+	@$(BIN)/python -c 'import platform; from ansible.release import __version__ as v; print(f"setup: ansible-core {v} on Python {platform.python_version()}")'
 	touch $(STAMP)
 
 lint: setup
