@@ -132,10 +132,30 @@ test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
 
 # The long tests keep their file order for now (their files rotate under CI's deadline instead:
 # tests/reliability/plugin.py) until each has been run in shuffled orders too.
-# The long tests keep their file order for now (their files rotate under CI's deadline instead:
-# tests/reliability/plugin.py) until each has been run in shuffled orders too.
+# Then make test-long's part of the ansible-core matrix, on the trixie root when it is built (else
+# skipped, saying why): ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
+# line reads its tests/sanity/ignore-X.Y.txt) and the collection's unit tests (tests/unit/plugins:
+# the rest of the unit tests check this repository's tooling, which runs on the host only) on each
+# of MATRIX_LONG_CORES, then the compatibility scenario on each of MATRIX_LONG_SCENARIO_CORES.
+MATRIX_LONG_CORES ?= 2.20 2.21 2.22
+MATRIX_LONG_SCENARIO_CORES ?= 2.20 2.22
+MATRIX_LONG_UNIT_TESTS ?= tests/unit/plugins
 test-long: setup
 	$(BIN)/pytest -p no:randomly -m long
+	@if reason=$$($(BIN)/python -m sandbox pyroot check); then \
+	  for core in $(MATRIX_LONG_CORES); do \
+	    venv=$$($(BIN)/python -m sandbox pyroot path --core $$core); \
+	    echo "matrix: ansible-test sanity and the unit tests on ansible-core $$core (Python 3.13)"; \
+	    $(BIN)/python -m sandbox pyroot run --core $$core -- env BIN=$$venv/bin scripts/sanity.sh || exit 1; \
+	    $(BIN)/python -m sandbox pyroot run --core $$core -- python -m pytest $(ORDER) -q \
+	      -m "not sandbox and not long" $(MATRIX_LONG_UNIT_TESTS) || exit 1; \
+	  done; \
+	  for core in $(MATRIX_LONG_SCENARIO_CORES); do \
+	    BCD_MATRIX_CORE=$$core $(MATRIX_SCENARIO) || exit 1; \
+	  done; \
+	else \
+	  echo "make test-long: SKIPPED the ansible-core matrix: $$reason"; \
+	fi
 
 # the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
 # roles and changelog, a page per playbook, the guides (README, docs/*.md, sandbox/README.md), rendered by Sphinx.

@@ -43,8 +43,9 @@ def test_the_matrix_runs_the_whole_scenario():
     assert "-m compat" in scenario and "$(ORDER)" in scenario
     got = selected("compat")
     assert got and all(line.startswith("tests/compat/test_scenario.py::") for line in got)
-    # make test on the current release
+    # make test on the current release; make test-long on the lines either side of it
     assert re.search(r"^MATRIX_CORE \?= 2\.21$", MAKEFILE, re.M)
+    assert re.search(r"^MATRIX_LONG_SCENARIO_CORES \?= 2\.20 2\.22$", MAKEFILE, re.M)
     assert re.search(r"^test: .*\btest-matrix\b", MAKEFILE, re.M)
 
 
