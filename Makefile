@@ -12,8 +12,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 
-.PHONY: setup build docs ee-context ee lint test test-unit test-sandbox test-molecule test-kind test-long demo sandbox \
-        sandbox-down sandbox-status sandbox-build bench clean kind kind-down kind-status
+.PHONY: setup build docs ee-context ee lint test test-unit test-sandbox test-molecule test-kind test-matrix test-long demo \
+        sandbox sandbox-down sandbox-status sandbox-build bench clean kind kind-down kind-status pyroot
 
 # The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
 # ansible.cfg (collections_path) and the tests (tests/conftest.py) find it by that name.
@@ -26,11 +26,12 @@ $(COLL_LINK):
 	ln -sfn ../../.. $(COLL_LINK)
 
 $(STAMP): requirements.txt requirements-dev.txt sandbox/pyproject.toml requirements.yml scripts/install_collections.py
-	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11)"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "setup: $(PYTHON) not found (bcd-ansible needs Python 3.11 to 3.13)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	$(BIN)/python scripts/install_collections.py --dest collections
+	@$(BIN)/python -c 'import platform; from ansible.release import __version__ as v; print(f"setup: ansible-core {v} on Python {platform.python_version()}")'
 	touch $(STAMP)
 
 lint: setup
@@ -52,11 +53,12 @@ test-unit: setup
 # The sandbox tests mostly wait on the cluster's own timers, so they run in SANDBOX_WORKERS
 # pytest-xdist workers, a sandbox each (tests/sandbox_fixtures.py), a test file per worker at a
 # time (its module fixtures set the cluster up for its tests). The binaries are built first, once,
-# so a cold cache is not built by two workers at the same time.
+# so a cold cache is not built by two workers at the same time. The compatibility scenario
+# (marked compat, and sandbox since it needs one) has its own sandbox and controller: test-matrix.
 SANDBOX_WORKERS ?= 2
 test-sandbox: setup
 	$(BIN)/python -m sandbox build
-	$(BIN)/pytest $(ORDER) -m "sandbox and not long" -n $(SANDBOX_WORKERS) --dist loadfile --durations=30
+	$(BIN)/pytest $(ORDER) -m "sandbox and not long and not compat" -n $(SANDBOX_WORKERS) --dist loadfile --durations=30
 
 # molecule scenarios against their own sandboxes (.sandbox-molecule-<scenario>). Each one's output
 # also goes to out/molecule-<scenario>.log; on a failure the failed tasks are printed again last,
@@ -91,12 +93,69 @@ test-kind: setup
 	  echo "make test: SKIPPED molecule scenario kind: $$reason" | tee $(KIND_NOTE); \
 	fi
 
-test: lint docs test-unit test-sandbox test-molecule test-kind
+# The ansible-core matrix (sandbox/pyroot.py: a Debian trixie root, Python 3.13, a venv per
+# supported ansible-core line) when the root is built: the private-API shape tests on every line,
+# then the compatibility scenario (tests/compat) on MATRIX_CORE. A cold root takes about 3 minutes
+# and PyPI, and a machine that cannot build one (not root, Debian's mirror or PyPI unreachable)
+# must not fail make test for it: it says plainly when it skips, and why; the line also goes to
+# out/matrix.txt, which .ci/run prints (and .ci/run builds the root when time is left). Once the
+# root is built, a failure on any line fails make test.
+MATRIX_NOTE := out/matrix.txt
+MATRIX_CORE ?= 2.21
+MATRIX_SHAPE_CORES ?= 2.19 2.20 2.21 2.22
+MATRIX_SHAPE_TESTS ?= tests/unit/plugins/test_compat.py tests/unit/plugins/test_inprocess.py
+# the scenario runs on the host and runs each playbook inside the root itself
+# (`python -m sandbox pyroot run --core $$BCD_MATRIX_CORE -- ansible-playbook ...`)
+MATRIX_SCENARIO ?= $(BIN)/pytest $(ORDER) -m compat --durations=15
+test-matrix: setup
+	@mkdir -p out
+	@if reason=$$($(BIN)/python -m sandbox pyroot check); then \
+	  start=$$(date +%s); \
+	  for core in $(MATRIX_SHAPE_CORES); do \
+	    echo "matrix: the private-API shape tests on ansible-core $$core (Python 3.13)"; \
+	    if ! $(BIN)/python -m sandbox pyroot run --core $$core -- python -m pytest $(ORDER) -q $(MATRIX_SHAPE_TESTS); then \
+	      echo "matrix: the shape tests FAILED on ansible-core $$core after $$(( $$(date +%s) - start ))s" | tee $(MATRIX_NOTE); \
+	      exit 1; \
+	    fi; \
+	  done; \
+	  if BCD_MATRIX_CORE=$(MATRIX_CORE) $(MATRIX_SCENARIO); then \
+	    echo "matrix: shape tests on $(MATRIX_SHAPE_CORES) and the compatibility scenario on ansible-core $(MATRIX_CORE): passed in $$(( $$(date +%s) - start ))s" | tee $(MATRIX_NOTE); \
+	  else \
+	    echo "matrix: the compatibility scenario on ansible-core $(MATRIX_CORE) FAILED after $$(( $$(date +%s) - start ))s" | tee $(MATRIX_NOTE); \
+	    exit 1; \
+	  fi; \
+	else \
+	  echo "make test: SKIPPED the ansible-core matrix: $$reason" | tee $(MATRIX_NOTE); \
+	fi
+
+test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
 
 # The long tests keep their file order for now (their files rotate under CI's deadline instead:
 # tests/reliability/plugin.py) until each has been run in shuffled orders too.
+# Then make test-long's part of the ansible-core matrix, on the trixie root when it is built (else
+# skipped, saying why): ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
+# line reads its tests/sanity/ignore-X.Y.txt) and the collection's unit tests (tests/unit/plugins:
+# the rest of the unit tests check this repository's tooling, which runs on the host only) on each
+# of MATRIX_LONG_CORES, then the compatibility scenario on each of MATRIX_LONG_SCENARIO_CORES.
+MATRIX_LONG_CORES ?= 2.20 2.21 2.22
+MATRIX_LONG_SCENARIO_CORES ?= 2.20 2.22
+MATRIX_LONG_UNIT_TESTS ?= tests/unit/plugins
 test-long: setup
 	$(BIN)/pytest -p no:randomly -m long
+	@if reason=$$($(BIN)/python -m sandbox pyroot check); then \
+	  for core in $(MATRIX_LONG_CORES); do \
+	    venv=$$($(BIN)/python -m sandbox pyroot path --core $$core); \
+	    echo "matrix: ansible-test sanity and the unit tests on ansible-core $$core (Python 3.13)"; \
+	    $(BIN)/python -m sandbox pyroot run --core $$core -- env BIN=$$venv/bin scripts/sanity.sh || exit 1; \
+	    $(BIN)/python -m sandbox pyroot run --core $$core -- python -m pytest $(ORDER) -q \
+	      -m "not sandbox and not long" $(MATRIX_LONG_UNIT_TESTS) || exit 1; \
+	  done; \
+	  for core in $(MATRIX_LONG_SCENARIO_CORES); do \
+	    BCD_MATRIX_CORE=$$core $(MATRIX_SCENARIO) || exit 1; \
+	  done; \
+	else \
+	  echo "make test-long: SKIPPED the ansible-core matrix: $$reason"; \
+	fi
 
 # the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
 # roles and changelog, a page per playbook, the guides (README, docs/*.md, sandbox/README.md), rendered by Sphinx.
@@ -139,6 +198,10 @@ kind-down: setup
 
 kind-status: setup
 	$(BIN)/python -m sandbox kind status
+
+# The Debian trixie root with a venv per ansible-core line (sandbox/README.md); about 3 minutes cold.
+pyroot: setup
+	$(BIN)/python -m sandbox pyroot build
 
 demo: sandbox
 	$(BIN)/ansible-playbook adopt-cluster.yml

@@ -13,9 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _ci(tmp_path: Path, kind_rc: int, fail: str = "", **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run a copy of .ci/run in ``tmp_path``: `kind check` exits ``kind_rc``; the step named in
-    ``fail`` (a make target or ``kind-build``) exits 1. Returns the run and the logged calls."""
+def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0,
+        **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run a copy of .ci/run in ``tmp_path``: `kind check` exits ``kind_rc``, `pyroot check`
+    ``root_rc``; the step named in ``fail`` (a make target, ``kind-build`` or ``pyroot-build``)
+    exits 1. Returns the run and the logged calls."""
     (tmp_path / ".ci").mkdir()
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
     log = tmp_path / "calls.log"
@@ -32,8 +34,9 @@ def _ci(tmp_path: Path, kind_rc: int, fail: str = "", **env: str) -> tuple[subpr
     (venv / "python").write_text(
         "#!/bin/bash\n"
         f'echo "python $*" >> {log}\n'
-        f'[ "$4" = check ] && exit {kind_rc}\n'
-        f'[ "$4" = build ] && [ "{fail}" = kind-build ] && exit 1\n'
+        f'[ "$3 $4" = "kind check" ] && exit {kind_rc}\n'
+        f'[ "$3 $4" = "pyroot check" ] && {{ echo "pyroot: cannot be built here: not root"; exit {root_rc}; }}\n'
+        f'[ "$4" = build ] && [ "{fail}" = "$3-build" ] && exit 1\n'
         "exit 0\n")
     for f in (stubs / "make", venv / "python"):
         f.chmod(0o755)
@@ -48,8 +51,8 @@ def test_cold_kind_cache_builds_and_runs_the_scenario_before_the_long_tests(tmp_
     done, calls = _ci(tmp_path, kind_rc=2)
     assert done.returncode == 0, done.stderr
     assert [c for c in calls if not c.startswith("deadline")] == [
-        "make test", "python -m sandbox kind check", "python -m sandbox kind build", "make test-kind",
-        "make test-long"]
+        "make test", "python -m sandbox pyroot check", "python -m sandbox kind check",
+        "python -m sandbox kind build", "make test-kind", "make test-long"]
     assert "ci: kind build took 0m0" in done.stdout and "ci: molecule scenario kind took 0m0" in done.stdout
     assert "ci: timings: make test 0m0" in done.stdout and "kind build 0m0" in done.stdout
     # the long tests' deadline keeps LONG_TAIL_MINUTES (15) of the 90 free
@@ -87,3 +90,36 @@ def test_make_test_failure_fails_the_job(tmp_path):
     done, calls = _ci(tmp_path, kind_rc=2, fail="test")
     assert done.returncode != 0
     assert calls == ["make test"]
+
+
+def test_a_cold_trixie_root_is_built_and_the_matrix_run_before_kind(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=0, root_rc=2)
+    assert done.returncode == 0, done.stderr
+    assert calls[:5] == ["make test", "python -m sandbox pyroot check", "python -m sandbox pyroot build",
+                         "make test-matrix", "python -m sandbox kind check"]
+    assert "ci: pyroot build took 0m0" in done.stdout and "ci: the ansible-core matrix took 0m0" in done.stdout
+    assert "pyroot build 0m0" in done.stdout
+
+
+@pytest.mark.parametrize("root_rc", [0, 1])
+def test_no_root_build_when_built_or_not_possible(tmp_path, root_rc):
+    done, calls = _ci(tmp_path, kind_rc=0, root_rc=root_rc)
+    assert done.returncode == 0, done.stderr
+    assert "python -m sandbox pyroot build" not in calls and "make test-matrix" not in calls
+    assert ("ci: the ansible-core matrix cannot run on this machine: pyroot: cannot be built here: not root"
+            in done.stdout) == (root_rc == 1)
+
+
+def test_too_little_time_left_skips_the_root_build_and_says_so(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=0, root_rc=2, CI_MINUTES="10")
+    assert "python -m sandbox pyroot build" not in calls
+    assert "only 10 min are left (under 12): its build and the ansible-core matrix skipped" in done.stdout
+
+
+@pytest.mark.parametrize("fail", ["pyroot-build", "test-matrix"])
+def test_a_failed_root_build_or_matrix_fails_the_job_after_the_rest_ran(tmp_path, fail):
+    done, calls = _ci(tmp_path, kind_rc=2, root_rc=2, fail=fail)
+    assert done.returncode == 1, done.stdout + done.stderr
+    named = {"pyroot-build": "pyroot build", "test-matrix": "ansible-core matrix"}[fail]
+    assert f"ci: FAILED: {named}" in done.stderr
+    assert "make test-kind" in calls and "make test-long" in calls
