@@ -211,6 +211,7 @@ class Sandbox:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
+        from sandbox import baseline
         from sandbox.control_plane.admin import Admin
 
         admin = admin or Admin.for_sandbox(self.dir)
@@ -226,17 +227,8 @@ class Sandbox:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    core.read_namespace(namespace)
-                except ApiException as exc:
-                    if exc.status == 404:
-                        break
-                    raise
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"sandbox: namespace {namespace} did not go within {timeout:g} s")
-                time.sleep(1)
+            baseline.wait_until(f"namespace {namespace} did not go",
+                                lambda: baseline.gone(lambda: core.read_namespace(namespace)), timeout, 1)
         return admin.forget_nodes()
 
     def control_plane_vars(self) -> dict[str, Any]:

@@ -52,6 +52,29 @@ def base_gpu_nodes(state: dict[str, Any]) -> int:
     return int(state.get("base_gpu_nodes") or cluster.requested_nodes() or cluster.DEFAULT_NODES)
 
 
+def wait_until(what: str, done, timeout: float, interval: float = 0.5) -> None:
+    """Call ``done()`` until it returns true; ``TimeoutError`` naming ``what`` after ``timeout``
+    seconds. ``done`` may raise; its error propagates."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"sandbox: {what} within {timeout:g} s")
+        time.sleep(interval)
+
+
+def gone(read) -> bool:
+    """Whether ``read()`` answers 404 (any other error propagates)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
 def restore(sdir: Path, admin=None, cp=None, tenant: str | None = None, pool: str | None = None,
             timeout: float = 120.0) -> list[str]:
     """Put back what a test may have left (the module docstring's list); return one line per
@@ -205,17 +228,8 @@ def reset_cluster_policy(sdir: Path, timeout: float = 60.0) -> bool:
                     and managers <= {"helm"}):
                 return False
             custom.delete_cluster_custom_object(*POLICY, POLICY_NAME)
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    custom.get_cluster_custom_object(*POLICY, POLICY_NAME)
-                except ApiException as exc:
-                    if exc.status == 404:
-                        break
-                    raise
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"sandbox baseline: ClusterPolicy {POLICY_NAME} did not go within {timeout:g} s")
-                time.sleep(0.2)
+            wait_until(f"ClusterPolicy {POLICY_NAME} did not go",
+                       lambda: gone(lambda: custom.get_cluster_custom_object(*POLICY, POLICY_NAME)), timeout, 0.2)
     cluster.ensure_objects(sdir)
     return True
 
@@ -230,14 +244,8 @@ def _namespaces(core, timeout: float) -> list[str]:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-    deadline = time.monotonic() + timeout
-    while gone:
-        left = {ns.metadata.name for ns in core.list_namespace().items} & set(gone)
-        if not left:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"sandbox baseline: namespace(s) {', '.join(sorted(left))} did not go within {timeout:g} s")
-        time.sleep(0.5)
+    wait_until(f"namespace(s) {', '.join(gone)} did not go",
+               lambda: not {ns.metadata.name for ns in core.list_namespace().items} & set(gone), timeout)
     return [f"deleted namespace {name}" for name in gone]
 
 
