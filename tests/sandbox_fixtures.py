@@ -74,6 +74,10 @@ def cpvars(sandbox):
 @pytest.fixture(scope="module")
 def cp(cpvars):
     """A control-plane client with the sandbox's API key."""
+    return _client(cpvars)
+
+
+def _client(cpvars):
     from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
 
     return Client(cpvars["bcd_control_plane_url"], api_key=cpvars["bcd_api_key"], ca_file=cpvars["bcd_control_plane_ca_file"])
@@ -108,13 +112,10 @@ def _sandbox_baseline(request):
     if not any("sandbox" in getattr(i, "fixturenames", ()) for i in items):
         yield
         return
-    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client
-
     # the session's control plane, not a module's own emulator (some modules start one as ``cp``)
     sandbox = request.getfixturevalue("sandbox")
     cpvars = sandbox.control_plane_vars()
-    cp = Client(cpvars["bcd_control_plane_url"], api_key=cpvars["bcd_api_key"], ca_file=cpvars["bcd_control_plane_ca_file"])
-    _restore(sandbox, cp, cpvars)
+    _restore(sandbox, _client(cpvars), cpvars)
     yield
 
 
