@@ -210,7 +210,8 @@ def stuck_node(world: World, name: str):
     but never starts a container does. Without the Lease the node lifecycle controller would mark
     it NotReady after its grace period and taint it, and the DaemonSet controller would then want
     no pod there: a different scenario, reached or not by the run depending on the machine's pace.
-    The Node and its pods are removed afterwards."""
+    The block starts once the DaemonSet counts the node; the Node and its pods are removed
+    afterwards."""
     from kubernetes import client
 
     from sandbox import cluster
@@ -241,7 +242,18 @@ def stuck_node(world: World, name: str):
 
     beat = threading.Thread(target=renew, daemon=True)
     beat.start()
+
+    def counted() -> bool:
+        # the scenario is a pod that exists and never turns Ready: until the DaemonSet controller
+        # counts the node (it may still be catching up after an earlier test), a run's rollout
+        # wait sees a complete rollout and only the node wait fails, minutes later
+        ds = world.apps.read_namespaced_daemon_set("bcd", world.namespace)
+        gpu = len(world.core.list_node(label_selector="nvidia.com/gpu.present=true").items)
+        return (ds.status.observed_generation == ds.metadata.generation
+                and (ds.status.desired_number_scheduled or 0) == gpu)
+
     try:
+        world.wait(counted, timeout=120, why=f"the DaemonSet to count {name}")
         yield
     finally:
         stop.set()
