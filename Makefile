@@ -130,9 +130,8 @@ test-matrix: setup
 
 test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
 
-# The long tests keep their file order for now (their files rotate under CI's deadline instead:
-# tests/reliability/plugin.py) until each has been run in shuffled orders too.
-# Then make test-long's part of the ansible-core matrix, on the trixie root when it is built (else
+# The long tests run in the order TEST_SEED picks too (under CI's deadline, the tests the
+# shuffle puts last are skipped: tests/reliability/plugin.py). Then make test-long's part of the ansible-core matrix, on the trixie root when it is built (else
 # skipped, saying why): ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
 # line reads its tests/sanity/ignore-X.Y.txt) and the collection's unit tests (tests/unit/plugins:
 # the rest of the unit tests check this repository's tooling, which runs on the host only) on each
@@ -141,7 +140,7 @@ MATRIX_LONG_CORES ?= 2.20 2.21 2.22
 MATRIX_LONG_SCENARIO_CORES ?= 2.20 2.22
 MATRIX_LONG_UNIT_TESTS ?= tests/unit/plugins
 test-long: setup
-	$(BIN)/pytest -p no:randomly -m long
+	$(BIN)/pytest $(ORDER) -m long
 	@if reason=$$($(BIN)/python -m sandbox pyroot check); then \
 	  for core in $(MATRIX_LONG_CORES); do \
 	    venv=$$($(BIN)/python -m sandbox pyroot path --core $$core); \

@@ -15,10 +15,12 @@ test is recorded as FAILED. ``BCD_RELIABILITY_DOC=0`` turns the writing off.
 
 It also keeps ``make test-long`` within the CI job's time: with ``BCD_LONG_DEADLINE`` set (epoch
 seconds; ``.ci/run`` sets it), a test marked ``long`` that would start after it is skipped. So that
-the tests past the deadline are not always the same ones, the long tests' files then run in a
-rotation that starts at a file chosen by the checkout's commit (the same order for the same commit,
-in every xdist worker); ``BCD_LONG_ROTATION=<k>`` starts it at the k-th file instead, to repeat a
-CI run's order. The run's first lines say where it started.
+the tests past the deadline are not always the same ones, their order changes with the commit:
+``make test-long`` shuffles them with pytest-randomly (seeded by ``TEST_SEED``). A run in file
+order (``-p no:randomly``) under the deadline takes the long tests' files in a rotation that starts
+at a file chosen by the checkout's commit (the same order for the same commit, in every xdist
+worker); ``BCD_LONG_ROTATION=<k>`` starts it at the k-th file instead (after the shuffle, if
+any), to repeat such a run's order. The run's first lines say where it started.
 
 Loaded by ``tests/conftest.py`` (``pytest_plugins``).
 """
@@ -96,8 +98,16 @@ def rotate_by_file(items: list, start: int) -> list:
     return [item for f in order for item in files[f]]
 
 
+def shuffled(config) -> bool:
+    """Whether pytest-randomly reorders this run's tests (``-p randomly``, as ``make test-long``
+    runs them): the order then changes with the seed, and the rotation is not needed."""
+    return config.pluginmanager.hasplugin("randomly") and bool(config.getoption("randomly_reorganize", False))
+
+
 def pytest_collection_modifyitems(config, items):
     if not os.environ.get("BCD_LONG_DEADLINE") and not os.environ.get("BCD_LONG_ROTATION"):
+        return
+    if shuffled(config) and not os.environ.get("BCD_LONG_ROTATION"):
         return
     long_items = [i for i in items if i.get_closest_marker("long")]
     if not long_items:

@@ -35,9 +35,9 @@ def test_the_start_follows_the_commit_unless_overridden():
         rotation_start(files, "00000005", "x")
 
 
-def _collected(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def _collected(tmp_path: Path, *order: str, **env: str) -> subprocess.CompletedProcess:
     """pytest --collect-only of two files of long tests and one of fast ones, in a copy of the
-    plugin, with ``env`` added."""
+    plugin, with ``env`` added; ``order``: pytest-randomly's options (default: off)."""
     (tmp_path / "tests" / "reliability").mkdir(parents=True)
     (tmp_path / "tests" / "__init__.py").write_text("")
     (tmp_path / "tests" / "reliability" / "__init__.py").write_text("")
@@ -50,7 +50,7 @@ def _collected(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_fast.py").write_text("def test_fast():\n    pass\n")
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("BCD_LONG")}
     return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-p", "no:randomly"], cwd=tmp_path, env={**run_env, **env}, capture_output=True, text=True,
+                           *(order or ("-p", "no:randomly"))], cwd=tmp_path, env={**run_env, **env}, capture_output=True, text=True,
                           timeout=120, check=False)
 
 
@@ -75,3 +75,15 @@ def test_a_bad_rotation_is_a_usage_error_naming_the_variable(tmp_path):
     run = _collected(tmp_path, BCD_LONG_ROTATION="two")
     assert run.returncode != 0
     assert "BCD_LONG_ROTATION must be an integer, not 'two'" in run.stdout + run.stderr
+
+
+def test_a_shuffled_run_under_a_deadline_keeps_the_shuffle(tmp_path):
+    # make test-long's order: pytest-randomly's, which the seed changes; no rotation on top
+    runs = [_collected(tmp_path / str(seed), "-p", "randomly", f"--randomly-seed={seed}",
+                       BCD_LONG_DEADLINE="9999999999") for seed in range(8)]
+    orders = set()
+    for run in runs:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "rotation" not in run.stdout
+        orders.add(tuple(ln for ln in run.stdout.splitlines() if "::" in ln))
+    assert len(orders) > 1, orders
