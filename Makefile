@@ -131,8 +131,9 @@ test-matrix: setup
 test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
 
 # The long tests run in the order TEST_SEED picks too (under CI's deadline, the tests the
-# shuffle puts last are skipped: tests/reliability/plugin.py). Then make test-long's part of the ansible-core matrix, on the trixie root when it is built (else
-# skipped, saying why): ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
+# shuffle puts last are skipped: tests/reliability/plugin.py). Then make test-long's part of the
+# ansible-core matrix, on the trixie root when it is built (else skipped, saying why):
+# ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
 # line reads its tests/sanity/ignore-X.Y.txt) and the collection's unit tests (tests/unit/plugins:
 # the rest of the unit tests check this repository's tooling, which runs on the host only) on each
 # of MATRIX_LONG_CORES, then the compatibility scenario on each of MATRIX_LONG_SCENARIO_CORES.
