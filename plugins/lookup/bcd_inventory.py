@@ -41,7 +41,11 @@ import os
 import re
 
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import VERSION_KEY, collection_version
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
+    VERSION_KEY,
+    collection_version,
+    key_stand_in,
+)
 
 INCLUDE = re.compile(r"^bcd_")
 EXCLUDE = re.compile(r"^(bcd_api_key|bcd_daemonset_.*)$")
@@ -68,6 +72,5 @@ class LookupModule(LookupBase):
             key = self._templar.template(variables[SECRET])
             if key is not None and not isinstance(key, str):
                 # Not a usable key: the model refuses an empty value of its type (never its content).
-                # bool first: a bool is an int too
-                out[SECRET] = next((t() for t in (bool, int, float, list, dict) if isinstance(key, t)), 0)
+                out[SECRET] = key_stand_in(key)
         return [out]

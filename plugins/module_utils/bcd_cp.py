@@ -35,6 +35,14 @@ NODE_STATES_REPORTING = ("adopting", "ready", "draining")
 VERSION_KEY = "_bcd_collection_version"
 
 
+def key_stand_in(key: object) -> object:
+    """What ``config`` holds in place of an API key that is not a string (never a usable key):
+    the empty value of its type, which the inventory model refuses (INVALID_CONFIG) without
+    ever being given the key's content."""
+    # bool first: a bool is an int too
+    return next((t() for t in (bool, int, float, list, dict) if isinstance(key, t)), 0)
+
+
 def collection_version(start: str | None = None) -> str:
     """The collection's version, read where it lives: galaxy.yml of a checkout, or MANIFEST.json
     of an installed collection, found from this file upwards. ``"unknown"`` when neither is

@@ -35,13 +35,26 @@ def inventory(module, required: tuple[str, ...] = ()) -> Inventory:
     for name in SECRET_VARIABLES:
         # config never should hold a secret (lookup('bcd.kubernetes.bcd_inventory') leaves them out); if a
         # caller passes one anyway, mask it in everything the module returns.
-        if isinstance(config, dict) and config.get(name) not in (None, ""):
-            module.no_log_values.add(str(config[name]))
+        if isinstance(config, dict):
+            module.no_log_values.update(secret_texts(config.get(name)))
     try:
         return load(config, required)
     except ConfigError as exc:
         module.fail_json(msg="\n".join(exc.lines), errors=exc.lines)
         raise  # unreachable: fail_json exits
+
+
+def secret_texts(value: object) -> set[str]:
+    """The text to mask of a secret variable's value: the string, or each string inside a list or
+    mapping. Never a number or a bool: the lookup passes ``0``, ``False``, ``[]`` or ``{}`` in place
+    of a key that is not a string, and masking ``0`` would mask every 0 in the INVALID_CONFIG lines."""
+    if isinstance(value, str):
+        return {value} if value else set()
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return set().union(*(secret_texts(v) for v in value))
+    return set()
 
 
 def refuse_existing(module, inv: Inventory, names: list[str]) -> None:

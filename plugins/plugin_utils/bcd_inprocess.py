@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from ansible.module_utils.common.json import Direction, get_module_decoder
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import key_stand_in
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils import bcd_compat
 
 display = Display()
@@ -165,18 +166,36 @@ class BcdAction(ActionBase):
         """``config`` from ``lookup('bcd.kubernetes.bcd_inventory')`` with the task's variables, when
         the task (or its play's module_defaults) gives none; ``api_key`` from ``bcd_api_key``
         likewise. Only for a module run on the controller: a task delegated to a GPU node gets
-        neither the inventory nor the key."""
-        if not self._on_controller() or not self._wants_inventory(self._task.args):
-            return
+        neither the inventory nor the key. An ``api_key`` that is not a string never reaches the
+        module (:meth:`_withhold_unusable_key`)."""
         args = self._task.args
-        if args.get("config") is None:
-            lookup = self._shared_loader_obj.lookup_loader.get(f"{COLLECTION}.bcd_inventory", loader=self._loader,
-                                                               templar=self._templar)
-            args["config"] = lookup.run([], variables=dict(task_vars))[0]
-        if args.get("api_key") is None and task_vars.get("bcd_api_key") is not None:
-            key = self._templar.template(task_vars["bcd_api_key"])
-            if key not in (None, ""):
-                args["api_key"] = key
+        if self._on_controller() and self._wants_inventory(args):
+            if args.get("config") is None:
+                lookup = self._shared_loader_obj.lookup_loader.get(f"{COLLECTION}.bcd_inventory", loader=self._loader,
+                                                                   templar=self._templar)
+                args["config"] = lookup.run([], variables=dict(task_vars))[0]
+            if args.get("api_key") is None and task_vars.get("bcd_api_key") is not None:
+                key = self._templar.template(task_vars["bcd_api_key"])
+                if key not in (None, ""):
+                    args["api_key"] = key
+        self._withhold_unusable_key(args)
+
+    @staticmethod
+    def _withhold_unusable_key(args: dict) -> None:
+        """Drop an ``api_key`` that is not a string (a list, a mapping, a number: never a usable
+        key) and put its empty stand-in in ``config``, so the model refuses it as ``bcd_api_key``.
+
+        Given to the module, AnsibleModule would register every scalar inside it as a no_log value
+        (``["n"]`` registers ``n``, ``7`` registers ``7``) and mask each of them in the module's
+        whole message: the INVALID_CONFIG lines would lose the variable names and rules they are
+        for. Withheld, its content reaches no module, so it is in no output either."""
+        key = args.get("api_key")
+        if key is None or isinstance(key, str):
+            return
+        del args["api_key"]
+        config = args.get("config")
+        if isinstance(config, Mapping) and config.get("bcd_api_key") is None:
+            args["config"] = {**config, "bcd_api_key": key_stand_in(key)}
 
     def _runs_module_itself(self) -> bool:
         """Whether a subclass of ours (a poll, a retry watch) overrides ``run`` and executes the
