@@ -37,6 +37,7 @@ from tests.helpers import DIGEST, TEMPLATE, run_module
 
 API_KEY = "sk-live-reliability-4c1d9a77e0b2"
 REQUIRED = ("bcd_control_plane_url", "bcd_tenant", "bcd_pool")
+MASK = "*" * 8  # what no_log masking puts in place of a secret's text
 LINE = re.compile(r"^INVALID_CONFIG: (?P<var>bcd_[a-z0-9_]+)(?:[.\[].*?)?: \S.*$", re.S)
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                                          HealthCheck.data_too_large]}
@@ -398,6 +399,12 @@ def check_lines(lines: list[str], broken: set[str]) -> None:
     assert broken <= named, f"broken {sorted(broken)} but the lines name {sorted(named)}: {lines}"
 
 
+def check_unmasked(msg: str, variables: dict) -> None:
+    """No no_log value (a character of a junk key, a stand-in's 0) was masked in the lines: the
+    mask is there only where a generated value holds one (a pin of asterisks, echoed)."""
+    assert MASK not in msg or MASK in repr(variables), f"a no_log value masked in the lines: {msg!r}"
+
+
 INVALID_EXAMPLES = 10_000
 counted = {"invalid": 0, "arbitrary": 0, "modules": 0, "accepted": 0}
 
@@ -511,6 +518,7 @@ def test_modules_refuse_invalid_inventories_before_any_connection(reliability):
         assert code == 1 and result.get("failed"), result
         lines = result["msg"].splitlines()
         check_lines(lines, broken)
+        check_unmasked(result["msg"], variables)
         # ansible-core 2.22 and later: the module names its no_log values (the API key) in
         # _ansible_new_secrets, for the controller to mask wherever it shows a result; nowhere else
         returned = {k: v for k, v in result.items() if k != "_ansible_new_secrets"}
