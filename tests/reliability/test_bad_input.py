@@ -12,20 +12,24 @@ runs reach only through a counting proxy (their kubeconfig points at it, as does
 - extra vars: one run per generated set of extra vars (``-e @vars.json``), over adopt-cluster,
   add-nodes, rollout, render, gpu-stack and doctor (the last two validate the GPU isolation
   variables only, so only those are broken there).
+
+The generated cases are seeded (:func:`case_seed`): pytest-randomly's seed of the run, or a fixed
+one without it, so a failure names its seed and case and the same seed makes the same cases.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import zlib
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.reliability.harness import Proxy, first_failure, json_results
-from tests.unit.plugins.module_utils.test_model_property import LINE, VALID, invalid_inventory
+from tests.unit.plugins.module_utils.test_model_property import LINE, VALID, check_unmasked, invalid_inventory
 
 pytestmark = pytest.mark.sandbox
 
@@ -34,6 +38,8 @@ GPU_VARIABLES = ("bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_select
 # Extra settings of the in-process generator's valid base that would make a run touch files.
 DROP = ("bcd_render_out", "bcd_join_secret_out", "bcd_report_out", "bcd_node_roots", "bcd_node_name",
         "bcd_kubeconfig", "bcd_kube_context", "bcd_control_plane_ca_file")
+# The cases' seed without pytest-randomly (-p no:randomly): the same cases every run.
+FIXED_SEED = 0
 
 
 def ansible_safe(value) -> bool:
@@ -54,11 +60,12 @@ def ansible_safe(value) -> bool:
     return True
 
 
-def cases(count: int, names=None) -> list[tuple[dict, set[str]]]:
+def cases(count: int, names=None, *, case_seed: int) -> list[tuple[dict, set[str]]]:
     """``count`` invalid inventories from the generator (as varied as hypothesis makes them over
-    that many examples), Ansible-safe."""
+    that many examples), Ansible-safe; the same ones for the same ``case_seed``."""
     out = []
 
+    @seed(case_seed)
     @settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(invalid_inventory(names).filter(lambda c: ansible_safe(c[0])))
@@ -67,6 +74,21 @@ def cases(count: int, names=None) -> list[tuple[dict, set[str]]]:
 
     collect()
     return out[:count]
+
+
+@pytest.fixture
+def case_seed(pytestconfig, request) -> int:
+    """The seed of this test's generated cases: pytest-randomly's seed of the run (its header
+    names it), else :data:`FIXED_SEED`, plus a hash of the test's id (each test its own cases)."""
+    run_seed = getattr(pytestconfig.option, "randomly_seed", None)
+    run_seed = run_seed if isinstance(run_seed, int) else FIXED_SEED
+    print(f"generated cases: run seed {run_seed} (`-p randomly --randomly-seed={run_seed}` makes them again)")
+    return run_seed + zlib.crc32(request.node.nodeid.encode())
+
+
+def shown(variables: dict, broken: set[str]) -> dict:
+    """The generated values of the broken variables (a failing case; never the sandbox's key)."""
+    return {k: variables.get(k, "<missing>") for k in sorted(broken)}
 
 
 def sandbox_vars(world, kubeconfig: str) -> dict:
@@ -113,26 +135,29 @@ def kube_proxy(ready, tmp_path):
     proxy.close()
 
 
-def assert_refused(msg: str, broken: set[str]) -> None:
+def assert_refused(msg: str, broken: set[str], case: dict) -> None:
     lines = msg.splitlines()
     named = set()
     for line in lines:
         m = LINE.match(line)
-        assert m, f"not an INVALID_CONFIG line naming a variable: {line!r} in {msg!r}"
+        assert m, f"not an INVALID_CONFIG line naming a variable: {line!r} in {msg!r}; case {case!r}"
         named.add(m["var"])
-    assert broken <= named, (sorted(broken), msg)
+    assert broken <= named, (sorted(broken), msg, case)
+    check_unmasked(msg, case)
 
 
-def inventories_through_adopt_cluster(world, kube_proxy, runner, tmp_path, reliability, count: int) -> None:
+def inventories_through_adopt_cluster(world, kube_proxy, runner, tmp_path, reliability, count: int,
+                                      case_seed: int) -> None:
     proxy, kubeconfig = kube_proxy
     reliability.describe("Bad input", f"{count} generated invalid inventories, one adopt-cluster.yml run "
                          "(one inventory host each)", unit="inventories")
     base = sandbox_vars(world, kubeconfig)
-    hosts, broken_by_host = {}, {}
-    for i, (variables, broken) in enumerate(cases(count)):
+    hosts, broken_by_host, case_by_host = {}, {}, {}
+    for i, (variables, broken) in enumerate(cases(count, case_seed=case_seed)):
         name = f"bad-{i:04d}"
         hosts[name] = real(variables, broken, base)
         broken_by_host[name] = broken
+        case_by_host[name] = {"host": name, "case seed": case_seed, "broken": shown(variables, broken)}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"clusters": {"hosts": hosts, "vars": {
         "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}))
@@ -145,8 +170,8 @@ def inventories_through_adopt_cluster(world, kube_proxy, runner, tmp_path, relia
     results = json_results(run)
     for host, broken in broken_by_host.items():
         task, msg = first_failure(results[host])
-        assert "render" in task, (host, task, msg)
-        assert_refused(msg, broken)
+        assert "render" in task, (host, task, msg, case_by_host[host])
+        assert_refused(msg, broken, case_by_host[host])
     assert after == before, f"the control plane was called: {after - before} request(s)"
     assert proxy.connections == 0, "the cluster was called"
     reliability.runs = len(hosts)
@@ -156,25 +181,25 @@ def inventories_through_adopt_cluster(world, kube_proxy, runner, tmp_path, relia
                                 "seconds": round(run.seconds, 1)})
 
 
-def test_invalid_inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability):
-    inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability, 60)
+def test_invalid_inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability, case_seed):
+    inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability, 60, case_seed)
 
 
 @pytest.mark.long
-def test_many_invalid_inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability):
-    inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability, 500)
+def test_many_invalid_inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability, case_seed):
+    inventories_through_adopt_cluster(ready, kube_proxy, runner, tmp_path, reliability, 500, case_seed)
 
 
 PLAYBOOKS = ("adopt-cluster.yml", "add-nodes.yml", "rollout.yml", "render.yml", "gpu-stack.yml", "doctor.yml")
 
 
-def extra_vars(playbook, world, kube_proxy, runner, tmp_path, reliability, count: int) -> None:
+def extra_vars(playbook, world, kube_proxy, runner, tmp_path, reliability, count: int, case_seed: int) -> None:
     proxy, kubeconfig = kube_proxy
     reliability.describe("Bad input", f"{count} generated sets of invalid extra vars (-e @file) for {playbook}",
                          unit="runs")
     names = GPU_VARIABLES if playbook in ("gpu-stack.yml", "doctor.yml") else None
     before = world.counters()["total"]
-    for i, (variables, broken) in enumerate(cases(count * 2, names)):
+    for i, (variables, broken) in enumerate(cases(count * 2, names, case_seed=case_seed)):
         # A missing one cannot be an extra var. A rule across variables breaks one variable by
         # what another holds, so that other one (changed from the generator's valid base) goes too.
         extra = {k: v for k, v in variables.items() if k in broken or (k not in DROP and VALID.get(k, v) != v)}
@@ -186,10 +211,11 @@ def extra_vars(playbook, world, kube_proxy, runner, tmp_path, reliability, count
         path.write_text(json.dumps(extra))
         run = runner.run(playbook, "-e", f"bcd_kubeconfig={kubeconfig}", "-e", f"@{path}",
                          env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "KUBECONFIG": kubeconfig})
-        assert run.returncode != 0, (extra, run.tail())
-        assert "Traceback" not in run.output and "MODULE FAILURE" not in run.output
+        case = {"case": i, "case seed": case_seed, "extra vars": extra}
+        assert run.returncode != 0, (case, run.tail())
+        assert "Traceback" not in run.output and "MODULE FAILURE" not in run.output, case
         _task, msg = first_failure(json_results(run)["sandbox"])
-        assert_refused(msg, broken & set(extra))
+        assert_refused(msg, broken & set(extra), case)
     assert world.counters()["total"] == before, "the control plane was called"
     assert proxy.connections == 0, "the cluster was called"
     reliability.result = "each run failed at validation, naming each broken variable; no call; no traceback"
