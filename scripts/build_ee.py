@@ -7,15 +7,16 @@ tests/reliability/test_ee.py calls :func:`build`. No container registry is neede
 1. the build context: the collection tarball (``ansible-galaxy collection build``, kept
    byte-identical while its contents do not change, so podman's layer cache holds), then
    ``ansible-builder create`` for execution-environment.yml into ./context;
-2. the base image: Debian bookworm (its python3 is 3.11) from the machine's apt sources with
-   ``mmdebstrap --variant=minbase``, imported with ``podman import`` as
-   ``localhost/bcd-ee-base:<key>``; the tarball is cached under
-   ``$XDG_CACHE_HOME/bcd-ansible/ee`` keyed by its inputs (suite, packages, image settings), so a
-   rerun imports it again at most;
+2. the base image: Debian trixie (its python3 is 3.13, so requirements.txt's markers pick
+   ansible-core 2.21) from the machine's Debian mirror with ``mmdebstrap --variant=minbase``,
+   imported with ``podman import`` as ``localhost/bcd-ee-base:trixie-<key>``; the tarball is
+   cached under ``$XDG_CACHE_HOME/bcd-ansible/ee`` keyed by its inputs (suite, packages, image
+   settings), so a rerun imports it again at most;
 3. ``podman build`` of the context with scripts/ee.Containerfile (ansible-builder's stages and
    scripts without the two RPM-only steps; docs/execution-environment.md says why), the base
    image as the build argument EE_BASE_IMAGE and the other build arguments as the generated
-   Containerfile sets them, PKGMGR=/usr/bin/apt-get. Python packages come from PyPI, through the
+   Containerfile sets them, but PKGMGR=/usr/bin/apt-get and PYCMD the base's Python (the
+   definition names UBI 10's python3.12). Python packages come from PyPI, through the
    host's network, trust store and pip configuration (mounted read-only for the build only).
 
 Usage: build_ee.py [--context-only] [--no-cache]
@@ -41,14 +42,19 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox import build as sandbox_build  # noqa: E402  (the repository root is on sys.path now)
 from sandbox.kind import containers_conf  # noqa: E402
+from sandbox.pyroot import debian_mirrors, mirror_lines  # noqa: E402
 
 BIN = Path(sys.executable).parent
 CONTEXT = ROOT / "context"
 CONTAINERFILE = ROOT / "scripts" / "ee.Containerfile"
-SUITE = "bookworm"  # Debian 12: python3 is 3.11, as the EE needs (ansible-core 2.19)
-# python3-pip: Debian disables ensurepip for its system Python; python3.11-venv: the venv module
+# Debian 13, as the test matrix's root (sandbox/pyroot.py): python3 is 3.13, on which
+# requirements.txt's markers pick ansible-core 2.21, the line the EE carries.
+SUITE = "trixie"
+# What PYCMD is in the image: the definition's python_path names UBI's interpreter instead.
+BASE_PYTHON = "/usr/bin/python3.13"
+# python3-pip: Debian disables ensurepip for its system Python; python3-venv: the venv module
 # ansible-builder's assemble script uses; ca-certificates: TLS to the API server and control plane.
-BASE_PACKAGES = ("python3.11", "python3.11-venv", "python3-pip", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates")
 BASE_CHANGES = ("ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV=LANG=C.UTF-8",
                 'CMD=["/bin/bash"]')
 PKGMGR = "/usr/bin/apt-get"
@@ -158,8 +164,10 @@ def base_image(say=say) -> tuple[str, float | None]:
                           "mmdebstrap) and run again")
         say(f"building the base image: mmdebstrap {SUITE} with {', '.join(BASE_PACKAGES)} (a few minutes; log: {log})")
         partial = tarball.with_suffix(".partial.tar.gz")
+        # the Debian mirror the host's apt sources name (this host is bookworm), as pyroot builds trixie
+        main, security = debian_mirrors()
         run(["nice", "-n", "10", "mmdebstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
-             SUITE, str(partial)], "mmdebstrap", log)
+             SUITE, str(partial), *mirror_lines(main, security, SUITE)], "mmdebstrap", log)
         partial.rename(tarball)
     run(["podman", "import", *[a for c in BASE_CHANGES for a in ("--change", c)], str(tarball), tag],
         "podman import", log, env=env)
@@ -173,7 +181,7 @@ def build_args(ctx: Path, base: str) -> dict[str, str]:
     if missing:
         raise EEError(f"the generated Containerfile has no ARG {', '.join(sorted(missing))}: "
                       "ansible-builder changed; check scripts/ee.Containerfile against it")
-    args.update(EE_BASE_IMAGE=base, PKGMGR=PKGMGR)
+    args.update(EE_BASE_IMAGE=base, PKGMGR=PKGMGR, PYCMD=BASE_PYTHON)
     # only those ours reads (PYPKG names the package its dropped install step took)
     ours = set(re.findall(r"^ARG (\w+)", CONTAINERFILE.read_text(), re.M))
     return {k: v for k, v in args.items() if k in ours}
