@@ -68,11 +68,19 @@ def ee_python() -> str:
     return found[1]
 
 
-def repository_pins() -> dict[str, str]:
-    """The version each requirement is pinned to, for the EE's Python: a pin whose environment
-    marker excludes that Python (ansible-core's line for another Python) is not the EE's."""
+def build_ee():
+    """scripts/build_ee.py, as `make ee` runs it."""
+    spec = importlib.util.spec_from_file_location("build_ee", ROOT / "scripts" / "build_ee.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def repository_pins(python: str | None = None) -> dict[str, str]:
+    """The version each requirement is pinned to, for the EE's Python (or ``python``): a pin whose
+    environment marker excludes that Python (ansible-core's line for another Python) is not the EE's."""
     pins: dict[str, str] = {}
-    python = ee_python()
+    python = python or ee_python()
     files = sorted(ROOT.glob("requirements*.txt")) + sorted((ROOT / "requirements").glob("*.txt"))
     for path in files:
         for line in path.read_text().splitlines():
@@ -97,11 +105,9 @@ def tarball(tmp_path_factory) -> Path:
     assert run.returncode == 0, run.stdout + run.stderr
     (built,) = out.glob("bcd-kubernetes-*.tar.gz")
     # as `make ee` stages it (a tarball of the same contents is kept, so the image's layers stay cached)
-    spec = importlib.util.spec_from_file_location("build_ee", ROOT / "scripts" / "build_ee.py")
-    build_ee = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_ee)
-    dest = build_ee.stage_collection(built)
-    assert build_ee._members_digest(dest) == build_ee._members_digest(built)
+    module = build_ee()
+    dest = module.stage_collection(built)
+    assert module._members_digest(dest) == module._members_digest(built)
     return dest
 
 
@@ -155,6 +161,18 @@ def test_ansible_core_and_ansible_runner_are_the_versions_the_repository_pins(co
     pins = repository_pins()
     installed = dict(ref.split("==", 1) for ref in refs[1].split())
     assert installed == {"ansible-core": pins["ansible-core"], "ansible-runner": pins["ansible-runner"]}
+
+
+def test_make_ee_installs_the_ansible_core_requirements_txt_pins_for_its_python(context):
+    """`make ee` builds the same context on Debian's Python (build_ee.BASE_PYTHON), not the
+    definition's UBI one: requirements.txt's markers must pin the same ansible-core for both, or
+    the image tested here would carry another line than the users' image."""
+    containerfile = (context / "Containerfile").read_text()
+    refs = dict(ref.split("==", 1) for ref in re.search(r'^ARG ANSIBLE_INSTALL_REFS="([^"]*)"', containerfile,
+                                                         re.M)[1].split())
+    found = re.search(r"python(\d+\.\d+)$", build_ee().BASE_PYTHON)
+    assert found, build_ee().BASE_PYTHON
+    assert repository_pins(found[1])["ansible-core"] == refs["ansible-core"], (found[1], refs)
 
 
 def test_the_collections_of_requirements_yml_reach_the_ee_from_the_local_copies(context, tarball):
