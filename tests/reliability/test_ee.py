@@ -27,6 +27,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -37,6 +38,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from tests.helpers import ROOT, VENV_BIN, install_debian_packages
 from tests.reliability.harness import INVENTORY_IMAGE, baseline_ok, daemonset_image
@@ -46,6 +48,10 @@ from tests.secrets_scan import find_in_text
 pytestmark = [pytest.mark.long, pytest.mark.sandbox]
 
 IMAGE_COLLECTIONS = "/usr/share/ansible/collections/ansible_collections"
+# What the image runs: Debian trixie's Python (scripts/build_ee.py), on which requirements.txt's
+# markers pick ansible-core 2.21 (tests/unit/test_execution_environment.py checks the pins agree).
+IMAGE_PYTHON = "3.13"
+IMAGE_CORE_LINE = "2.21"
 # The search paths AWX's job environment sets (RunJob.build_env): (variable, ansible.cfg key, the
 # job's folder for the project's requirements, ansible-core's defaults).
 AWX_PATHS = (
@@ -94,6 +100,24 @@ def ee_image() -> str:
     assert run.returncode == 0, f"building the EE image failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
     return f"localhost/bcd-ee:{version}"
+
+
+def test_the_image_runs_ansible_core_2_21_on_python_3_13(ee_image):
+    """``ansible --version`` in the image, through its entrypoint as a job starts: the ansible-core
+    line and the Python that AWX users get, at requirements.txt's pin for that Python."""
+    run = subprocess.run(["podman", "run", "--rm", "--network=none", ee_image, "ansible", "--version"],
+                         capture_output=True, text=True, timeout=300, check=False, env=_podman_env())
+    assert run.returncode == 0, run.stdout + run.stderr
+    core = re.search(r"\[core ([^\]]+)\]", run.stdout)
+    python = re.search(r"python version = (\d+\.\d+)\.", run.stdout)
+    assert core and python, run.stdout
+    assert core[1].startswith(f"{IMAGE_CORE_LINE}."), run.stdout
+    assert python[1] == IMAGE_PYTHON, run.stdout
+    reqs = [Requirement(line.split("#", 1)[0]) for line in (ROOT / "requirements.txt").read_text().splitlines()
+            if line.startswith("ansible-core")]
+    pinned = [str(r.specifier).removeprefix("==") for r in reqs
+              if r.marker is None or r.marker.evaluate({"python_version": python[1]})]
+    assert pinned == [core[1]], f"requirements.txt pins ansible-core {pinned} for Python {python[1]}; the image has {core[1]}"
 
 
 def project_copy(dest: Path) -> None:
