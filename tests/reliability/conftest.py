@@ -5,7 +5,8 @@ The scenarios share the session's sandbox with sandbox/tests. Each starts from a
 cluster with nothing left over (no fault, every GPU node reporting, the DaemonSet as the
 inventory renders it, no unrevoked token of this cluster, no join-token Secret, no lock), which
 `ready` arranges with an ordinary adopt-cluster.yml run when needed; after the scenario it
-clears the faults and brings a stopped API server back. When the package ends, the cluster is
+clears the faults, brings a stopped API server back and, when the API server restarted, restarts
+the controller manager and the scheduler (their informers would lag it). When the package ends, the cluster is
 put back as a fresh sandbox has it (no bcd namespace, no node known to the control plane), for
 the tests that follow.
 """
@@ -21,6 +22,7 @@ from tests.reliability.harness import (
     World,
     apiserver_up,
     baseline_ok,
+    controllers_afresh,
     daemonset_image,
 )
 
@@ -42,10 +44,13 @@ def _fresh(w: World) -> None:
 
 
 def _ready(sandbox, world, image: bool):
-    from sandbox import cluster
+    from pathlib import Path
+
+    from sandbox import cluster, proc
 
     if not cluster.status(sandbox.dir)[0]:
         apiserver_up(sandbox)
+    apiserver = proc.pid_of(Path(sandbox.dir), "kube-apiserver")
     world.admin.clear_faults()
     ok, why = baseline_ok(world, image=image)
     if not ok:
@@ -63,6 +68,9 @@ def _ready(sandbox, world, image: bool):
     world.admin.clear_faults()
     if not cluster.status(sandbox.dir)[0]:
         apiserver_up(sandbox)
+    if proc.pid_of(Path(sandbox.dir), "kube-apiserver") != apiserver:
+        # the scenario restarted the API server: the next one starts with controllers in step
+        controllers_afresh(sandbox)
 
 
 @pytest.fixture

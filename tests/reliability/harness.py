@@ -439,6 +439,19 @@ def apiserver_up(sandbox) -> None:
     cluster.up(Path(sandbox.dir))
 
 
+def controllers_afresh(sandbox) -> None:
+    """Restart the controller manager and the scheduler, and wait until they are healthy.
+
+    After the API server restarts, their informers can lag it for a minute (Kubernetes 1.36's
+    DaemonSet controller then refuses to sync: "read version ... is not as new as written
+    version"), as a real cluster's do; a scenario that follows must not start inside that lag."""
+    from sandbox import cluster, proc
+
+    for name in ("kube-controller-manager", "kube-scheduler"):
+        proc.stop(Path(sandbox.dir), name)
+    cluster.up(Path(sandbox.dir))
+
+
 def failure_lines(run: Run) -> list[str]:
     """The lines of the output that carry a failure (``fatal:``/``FAILED!`` and what follows)."""
     out, keep = [], 0
