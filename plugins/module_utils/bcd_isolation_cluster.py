@@ -46,6 +46,7 @@ SETTINGS_OPTIONS = {
     "config": {"type": "dict", "required": True},
     "base_dir": {"type": "path"},
     "reach_cluster": {"type": "bool", "default": False},
+    "reach_cluster_any_mode": {"type": "bool", "default": False},
 }
 # The options of the cluster check (bcd_gpu_isolation).
 CLUSTER_OPTIONS = {
@@ -286,6 +287,7 @@ def run_settings(module) -> None:
     settings = load_settings(module)
     kubeconfig, context = settings.pop("kubeconfig"), settings.pop("kube_context")
     result = {"changed": False, "settings": settings}
-    if module.params["reach_cluster"] and settings["mode"] == "gpu-operator":
-        result["cluster"] = reach(module, kubeconfig, context)
+    any_mode = module.params["reach_cluster_any_mode"] and settings.get("node_root") is None
+    if module.params["reach_cluster"] and (settings["mode"] == "gpu-operator" or any_mode):
+        result.update(reach(module, kubeconfig, context))
     module.exit_json(**result)
