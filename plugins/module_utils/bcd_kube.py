@@ -55,8 +55,8 @@ def resolve(kubeconfig: str | None = None, context: str | None = None, environ=N
     import yaml
 
     env = os.environ if environ is None else environ
-    if env.get("K8S_AUTH_HOST"):
-        raise KubeError(f"INVALID_CONFIG: K8S_AUTH_HOST is set ({env['K8S_AUTH_HOST']}): bcd-ansible takes the server "
+    if env.get("K8S_AUTH_HOST") is not None:  # even empty: kubernetes.core would take it as the server
+        raise KubeError(f"INVALID_CONFIG: K8S_AUTH_HOST is set ({env['K8S_AUTH_HOST']!r}): bcd-ansible takes the server "
                         f"from a kubeconfig and its context, and kubernetes.core would send its requests to "
                         f"K8S_AUTH_HOST instead; unset it ({RULE})")
     for name, value in (("bcd_kubeconfig", kubeconfig), ("K8S_AUTH_KUBECONFIG", env.get("K8S_AUTH_KUBECONFIG")),
