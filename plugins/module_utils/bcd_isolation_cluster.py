@@ -46,7 +46,6 @@ SETTINGS_OPTIONS = {
     "config": {"type": "dict", "required": True},
     "base_dir": {"type": "path"},
     "reach_cluster": {"type": "bool", "default": False},
-    "reach_cluster_any_mode": {"type": "bool", "default": False},
 }
 # The options of the cluster check (bcd_gpu_isolation).
 CLUSTER_OPTIONS = {
@@ -287,7 +286,10 @@ def run_settings(module) -> None:
     settings = load_settings(module)
     kubeconfig, context = settings.pop("kubeconfig"), settings.pop("kube_context")
     result = {"changed": False, "settings": settings}
-    any_mode = module.params["reach_cluster_any_mode"] and settings.get("node_root") is None
-    if module.params["reach_cluster"] and (settings["mode"] == "gpu-operator" or any_mode):
+    if module.params.get("reach_cluster_any_mode"):  # the gate: any mode, but no cluster for one node's folder
+        wanted = module.params["reach_cluster"] and settings.get("node_root") is None
+    else:
+        wanted = module.params["reach_cluster"] and settings["mode"] == "gpu-operator"
+    if wanted:
         result.update(reach(module, kubeconfig, context))
     module.exit_json(**result)

@@ -42,7 +42,7 @@ options:
   reach_cluster_any_mode:
     description:
       - With O(reach_cluster), reach the cluster whatever C(bcd_nvidia_toolkit) is (the gate reads the cluster in
-        every mode), unless C(bcd_node_root) is set (one node's folder, no cluster).
+        every mode), and not at all when C(bcd_node_root) is set (one node's folder, no cluster).
     type: bool
     default: false
 extends_documentation_fragment:
@@ -144,7 +144,8 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_isolation_clust
 
 def main() -> None:
     # the action group's module_defaults set api_key for every member; not used
-    module = AnsibleModule(argument_spec=dict(SETTINGS_OPTIONS, api_key={"type": "str", "no_log": True}),
+    module = AnsibleModule(argument_spec=dict(SETTINGS_OPTIONS, api_key={"type": "str", "no_log": True},
+                                              reach_cluster_any_mode={"type": "bool", "default": False}),
                            supports_check_mode=True)
     run_settings(module)
 
