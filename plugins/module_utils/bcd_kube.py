@@ -31,6 +31,9 @@ class KubeError(Exception):
 RULE = ("the cluster is chosen by bcd_kubeconfig and bcd_kube_context, else K8S_AUTH_KUBECONFIG and "
         "K8S_AUTH_CONTEXT, else KUBECONFIG, else ~/.kube/config and its current context")
 DEFAULT_KUBECONFIG = "~/.kube/config"
+# what chose the kubeconfig or the context when no variable did (said at the start of a run)
+DEFAULT_SOURCE = "the default ~/.kube/config"
+CURRENT_SOURCE = "the kubeconfig's current context"
 
 
 def _names(items: object) -> list[str]:
@@ -65,24 +68,24 @@ def resolve(kubeconfig: str | None = None, context: str | None = None, environ=N
             source, named = name, [os.path.expanduser(p) for p in str(value).split(os.pathsep) if p]
             break
     else:
-        source, named = "the default", [os.path.expanduser(DEFAULT_KUBECONFIG)]
+        source, named = DEFAULT_SOURCE, [os.path.expanduser(DEFAULT_KUBECONFIG)]
     files = [f for f in named if os.path.isfile(f)]
     if source == "KUBECONFIG" and files:
         pass  # as kubectl: a file of $KUBECONFIG that does not exist is left out
     elif files != named:
         missing = ", ".join(f for f in named if f not in files)
-        if source == "the default" and not (context or env.get("K8S_AUTH_CONTEXT")):
+        if source == DEFAULT_SOURCE and not (context or env.get("K8S_AUTH_CONTEXT")):
             # nothing named anywhere and no ~/.kube/config: the pod's own service account
             return {"kubeconfig": None, "files": [], "context": None, "kubeconfig_from": "in-cluster",
                     "context_from": "in-cluster"}
-        what = "~/.kube/config" if source == "the default" else source
+        what = DEFAULT_KUBECONFIG if source == DEFAULT_SOURCE else source
         raise KubeError(f"INVALID_CONFIG: {what}: {missing} does not exist; name an existing kubeconfig file ({RULE})")
     if context:
         chosen, context_from = context, "bcd_kube_context"
     elif env.get("K8S_AUTH_CONTEXT"):
         chosen, context_from = env["K8S_AUTH_CONTEXT"], "K8S_AUTH_CONTEXT"
     else:
-        chosen, context_from = None, "current-context"
+        chosen, context_from = None, CURRENT_SOURCE
     contexts: list[str] = []
     current = None
     for f in files:
@@ -104,7 +107,7 @@ def resolve(kubeconfig: str | None = None, context: str | None = None, environ=N
                             f"to one of its contexts: {there} ({RULE})")
         chosen = str(current)
     if chosen not in contexts:
-        name = "the current context" if context_from == "current-context" else context_from
+        name = "the current context" if context_from == CURRENT_SOURCE else context_from
         raise KubeError(f"INVALID_CONFIG: {name}: context {chosen!r} is not in {where}; its contexts: {there} ({RULE})")
     return {"kubeconfig": os.pathsep.join(files), "files": files, "context": chosen, "kubeconfig_from": source,
             "context_from": context_from}
@@ -144,8 +147,10 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, enviro
             return client
         client = config.new_client_from_config(config_file=chosen["kubeconfig"], context=chosen["context"])
     except (ConfigException, OSError, TypeError, ValueError) as exc:
-        where = describe_source(chosen["kubeconfig"], chosen["context"]) if chosen["kubeconfig"] else \
-            f"no kubeconfig ({RULE}) and not in a pod"
+        if chosen["kubeconfig"] is None:
+            raise KubeError(f"cannot load the Kubernetes configuration: no kubeconfig is named and {DEFAULT_KUBECONFIG} "
+                            f"does not exist ({RULE}), and this is not a pod with a service account ({exc})") from None
+        where = describe_source(chosen["kubeconfig"], chosen["context"])
         raise KubeError(f"cannot load the Kubernetes configuration ({where}): {exc}") from None
     client.bcd_source = describe_source(chosen["kubeconfig"], chosen["context"], client.configuration.host)
     client.bcd_resolved = {**chosen, "server": client.configuration.host}

@@ -9,6 +9,8 @@ import os
 import pytest
 import yaml
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
+    CURRENT_SOURCE,
+    DEFAULT_SOURCE,
     RULE,
     KubeError,
     api_client,
@@ -44,12 +46,12 @@ def _pick(r):
 
 
 def test_the_default_is_home_and_its_current_context(home):
-    assert _pick(resolve(environ={})) == (home, "home-a", "the default", "current-context")
+    assert _pick(resolve(environ={})) == (home, "home-a", DEFAULT_SOURCE, CURRENT_SOURCE)
 
 
 def test_kubeconfig_env_beats_home(home, tmp_path):
     kc = _kubeconfig(tmp_path / "kc")
-    assert _pick(resolve(environ={"KUBECONFIG": kc})) == (kc, "wrong", "KUBECONFIG", "current-context")
+    assert _pick(resolve(environ={"KUBECONFIG": kc})) == (kc, "wrong", "KUBECONFIG", CURRENT_SOURCE)
 
 
 def test_k8s_auth_beats_kubeconfig_env(home, tmp_path):
