@@ -209,6 +209,12 @@ def test_release_and_adopt_again_reach_only_the_chosen_cluster(sandbox, clusters
     """A real release, then a real adoption (a token minted, the DaemonSet applied and waited
     for): the sandbox ends adopted, as it was, and wrong was never reached."""
     env = {"KUBECONFIG": clusters.kubeconfig("two.yaml"), "K8S_AUTH_CONTEXT": "right"}
-    run_all(clusters, inventory(sandbox, tmp_path), env, [],
-            playbooks=[("release-cluster.yml", ["-e", "bcd_release_confirm=sandbox"]), ("adopt-cluster.yml", [])])
-    assert sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "name").stdout.strip()
+    inv = inventory(sandbox, tmp_path)
+
+    def daemonset() -> str:
+        return sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "-o", "name", check=False).stdout.strip()
+
+    run_all(clusters, inv, env, [], playbooks=[("release-cluster.yml", ["-e", "bcd_release_confirm=sandbox"])])
+    assert daemonset() == "", "released: bcd's DaemonSet is gone from the chosen cluster"
+    run_all(clusters, inv, env, [], playbooks=[("adopt-cluster.yml", [])])
+    assert daemonset() == "daemonset.apps/bcd", "adopted again"
