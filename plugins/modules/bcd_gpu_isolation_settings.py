@@ -74,7 +74,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cluster:
-  description: With O(reach_cluster) and C(bcd_nvidia_toolkit=gpu-operator) (or O(reach_cluster_any_mode)). Where the cluster was reached - the kubeconfig file(s), the context and its server.
+  description:
+    - With O(reach_cluster) and C(bcd_nvidia_toolkit=gpu-operator) (or O(reach_cluster_any_mode)).
+    - Where the cluster was reached - the kubeconfig file(s), the context and its server.
   returned: when the cluster was reached
   type: str
   sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
