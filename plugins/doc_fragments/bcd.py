@@ -47,9 +47,9 @@ options:
     CLUSTER = r"""
 options:
   kubeconfig:
-    description: Kubeconfig of the cluster (else C(bcd_kubeconfig), else C($KUBECONFIG) or C(~/.kube/config)).
+    description: Kubeconfig of the cluster (else C(bcd_kubeconfig), else C($K8S_AUTH_KUBECONFIG), else C($KUBECONFIG) or C(~/.kube/config)).
     type: path
   context:
-    description: Kubeconfig context (else C(bcd_kube_context), else the current one).
+    description: Kubeconfig context (else C(bcd_kube_context), else C($K8S_AUTH_CONTEXT), else the current one).
     type: str
 """

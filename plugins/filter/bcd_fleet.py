@@ -225,8 +225,8 @@ def bcd_kube_source(hostvars, host) -> str:
     reached = _get(hv, "bcd_daemonset_render", "cluster")
     if reached:
         return str(reached)
-    kubeconfig = _get(hv, "bcd_kubeconfig") or "from KUBECONFIG or ~/.kube/config"
-    context = _get(hv, "bcd_kube_context") or "its current context"
+    kubeconfig = _get(hv, "bcd_kubeconfig") or "from K8S_AUTH_KUBECONFIG, KUBECONFIG or ~/.kube/config"
+    context = _get(hv, "bcd_kube_context") or "from K8S_AUTH_CONTEXT or its current context"
     return f"kubeconfig {kubeconfig}, context {context}"
 
 

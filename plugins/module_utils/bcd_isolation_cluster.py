@@ -286,6 +286,10 @@ def run_settings(module) -> None:
     settings = load_settings(module)
     kubeconfig, context = settings.pop("kubeconfig"), settings.pop("kube_context")
     result = {"changed": False, "settings": settings}
-    if module.params["reach_cluster"] and settings["mode"] == "gpu-operator":
-        result["cluster"] = reach(module, kubeconfig, context)
+    if module.params.get("reach_cluster_any_mode"):  # the gate: any mode, but no cluster for one node's folder
+        wanted = module.params["reach_cluster"] and settings.get("node_root") is None
+    else:
+        wanted = module.params["reach_cluster"] and settings["mode"] == "gpu-operator"
+    if wanted:
+        result.update(reach(module, kubeconfig, context))
     module.exit_json(**result)

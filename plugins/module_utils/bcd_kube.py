@@ -26,56 +26,134 @@ class KubeError(Exception):
         self.detail = detail
 
 
-def kubeconfig_files(kubeconfig: str | None = None) -> list[str]:
-    """The kubeconfig file(s) a client reads: ``kubeconfig``, else each path of $KUBECONFIG, else ~/.kube/config."""
+# How a run picks its cluster, as kubernetes.core picks it (each setting on its own); named in
+# every refusal of a kubeconfig or a context.
+RULE = ("the cluster is chosen by bcd_kubeconfig and bcd_kube_context, else K8S_AUTH_KUBECONFIG and "
+        "K8S_AUTH_CONTEXT, else KUBECONFIG, else ~/.kube/config and its current context")
+DEFAULT_KUBECONFIG = "~/.kube/config"
+# what chose the kubeconfig or the context when no variable did (said at the start of a run)
+DEFAULT_SOURCE = "the default ~/.kube/config"
+CURRENT_SOURCE = "the kubeconfig's current context"
+
+
+def _names(items: object) -> list[str]:
+    return [str(i["name"]) for i in items if isinstance(i, dict) and i.get("name")] if isinstance(items, list) else []
+
+
+def resolve(kubeconfig: str | None = None, context: str | None = None, environ=None) -> dict:
+    """Which kubeconfig and context this run uses, chosen once, as kubernetes.core chooses them:
+    ``kubeconfig`` (bcd_kubeconfig), else $K8S_AUTH_KUBECONFIG, else $KUBECONFIG, else
+    ~/.kube/config; ``context`` (bcd_kube_context), else $K8S_AUTH_CONTEXT, else the kubeconfig's
+    current context. A list of files (``os.pathsep`` between them) is merged as kubectl merges it.
+
+    Returns ``{"kubeconfig", "files", "context", "kubeconfig_from", "context_from"}``; with no
+    kubeconfig named anywhere and no ~/.kube/config, ``kubeconfig`` and ``context`` are None (the
+    in-cluster service account). Raises :class:`KubeError` (``INVALID_CONFIG: ...``, naming the
+    variable and :data:`RULE`) for a kubeconfig that does not exist or cannot be read, a context
+    that is not in it (naming those that are), K8S_AUTH_HOST (kubernetes.core would send its
+    requests there whatever the kubeconfig says), and a kubeconfig without a current context.
+    """
     import os
 
-    if kubeconfig:
-        return [os.path.expanduser(kubeconfig)]
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        return [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
-    return [os.path.expanduser("~/.kube/config")]
+    import yaml
+
+    env = os.environ if environ is None else environ
+    if env.get("K8S_AUTH_HOST") is not None:  # even empty: kubernetes.core would take it as the server
+        raise KubeError(f"INVALID_CONFIG: K8S_AUTH_HOST is set ({env['K8S_AUTH_HOST']!r}): bcd-ansible takes the server "
+                        f"from a kubeconfig and its context, and kubernetes.core would send its requests to "
+                        f"K8S_AUTH_HOST instead; unset it ({RULE})")
+    for name, value in (("bcd_kubeconfig", kubeconfig), ("K8S_AUTH_KUBECONFIG", env.get("K8S_AUTH_KUBECONFIG")),
+                        ("KUBECONFIG", env.get("KUBECONFIG"))):
+        if value:
+            source, named = name, [os.path.expanduser(p) for p in str(value).split(os.pathsep) if p]
+            break
+    else:
+        source, named = DEFAULT_SOURCE, [os.path.expanduser(DEFAULT_KUBECONFIG)]
+    files = [f for f in named if os.path.isfile(f)]
+    if source == "KUBECONFIG" and files:
+        pass  # as kubectl: a file of $KUBECONFIG that does not exist is left out
+    elif files != named:
+        missing = ", ".join(f for f in named if f not in files)
+        if source == DEFAULT_SOURCE and not (context or env.get("K8S_AUTH_CONTEXT")):
+            # nothing named anywhere and no ~/.kube/config: the pod's own service account
+            return {"kubeconfig": None, "files": [], "context": None, "kubeconfig_from": "in-cluster",
+                    "context_from": "in-cluster"}
+        what = DEFAULT_KUBECONFIG if source == DEFAULT_SOURCE else source
+        raise KubeError(f"INVALID_CONFIG: {what}: {missing} does not exist; name an existing kubeconfig file ({RULE})")
+    if context:
+        chosen, context_from = context, "bcd_kube_context"
+    elif env.get("K8S_AUTH_CONTEXT"):
+        chosen, context_from = env["K8S_AUTH_CONTEXT"], "K8S_AUTH_CONTEXT"
+    else:
+        chosen, context_from = None, CURRENT_SOURCE
+    contexts: list[str] = []
+    current = None
+    for f in files:
+        try:
+            with open(f, encoding="utf-8") as handle:
+                doc = yaml.safe_load(handle) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise KubeError(f"INVALID_CONFIG: {source}: cannot read the kubeconfig {f}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise KubeError(f"INVALID_CONFIG: {source}: {f} is not a kubeconfig (not a mapping)")
+        # merged as kubectl merges: the first file that names a context or a current context wins
+        contexts += [n for n in _names(doc.get("contexts")) if n not in contexts]
+        current = current or doc.get("current-context") or None
+    where = f"kubeconfig {os.pathsep.join(files)} ({source})"
+    there = ", ".join(contexts) or "none"
+    if chosen is None:
+        if not current:
+            raise KubeError(f"INVALID_CONFIG: {where} has no current context; set bcd_kube_context or K8S_AUTH_CONTEXT "
+                            f"to one of its contexts: {there} ({RULE})")
+        chosen = str(current)
+    if chosen not in contexts:
+        name = "the current context" if context_from == CURRENT_SOURCE else context_from
+        raise KubeError(f"INVALID_CONFIG: {name}: context {chosen!r} is not in {where}; its contexts: {there} ({RULE})")
+    return {"kubeconfig": os.pathsep.join(files), "files": files, "context": chosen, "kubeconfig_from": source,
+            "context_from": context_from}
 
 
 def describe_source(kubeconfig: str | None, context: str | None, server: str | None = None) -> str:
     """``kubeconfig <file(s)>, context <name>[, server <url>]``: where a connection came from."""
-    files = ", ".join(kubeconfig_files(kubeconfig))
+    import os
+
+    files = ", ".join(p for p in (kubeconfig or "").split(os.pathsep) if p) or "(none)"
     out = f"kubeconfig {files}, context {context or '(current context)'}"
     return out + (f", server {server}" if server else "")
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None):
-    """An ApiClient from ``kubeconfig``/``context`` (else $KUBECONFIG or ~/.kube/config, else in-cluster).
+def api_client(kubeconfig: str | None = None, context: str | None = None, environ=None):
+    """An ApiClient for the cluster :func:`resolve` chooses from ``kubeconfig``/``context`` (else
+    $K8S_AUTH_KUBECONFIG/$K8S_AUTH_CONTEXT, else $KUBECONFIG or ~/.kube/config and its current
+    context, else in-cluster).
 
     The client carries ``bcd_source`` (:func:`describe_source`: the kubeconfig file(s), the context
-    actually used and its server), which :class:`Kube` puts in every connection error.
+    and its server), which :class:`Kube` puts in every connection error, and ``bcd_resolved``
+    (:func:`resolve`'s choice, with ``server``).
     """
     from kubernetes import config
     from kubernetes.client.api_client import ApiClient
     from kubernetes.client.configuration import Configuration
     from kubernetes.config.config_exception import ConfigException
 
+    chosen = resolve(kubeconfig, context, environ)
     try:
-        if kubeconfig:
-            client = config.new_client_from_config(config_file=kubeconfig, context=context)
-        else:
-            try:
-                client = config.new_client_from_config(context=context)
-            except ConfigException:
-                cfg = Configuration()
-                config.load_incluster_config(client_configuration=cfg)
-                client = ApiClient(configuration=cfg)
-                client.bcd_source = f"in-cluster service account, server {cfg.host}"
-                return client
+        if chosen["kubeconfig"] is None:
+            cfg = Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+            client = ApiClient(configuration=cfg)
+            client.bcd_source = f"in-cluster service account, server {cfg.host}"
+            client.bcd_resolved = {**chosen, "server": cfg.host}
+            return client
+        client = config.new_client_from_config(config_file=chosen["kubeconfig"], context=chosen["context"])
     except (ConfigException, OSError, TypeError, ValueError) as exc:
-        raise KubeError(f"cannot load the Kubernetes configuration ({describe_source(kubeconfig, context)}): {exc}") from None
-    if context is None:
-        try:
-            context = (config.list_kube_config_contexts(config_file=kubeconfig)[1] or {}).get("name")
-        except Exception:  # noqa: BLE001 - the name is for messages only; the client loaded
-            context = None
-    client.bcd_source = describe_source(kubeconfig, context, client.configuration.host)
+        if chosen["kubeconfig"] is None:
+            raise KubeError(f"cannot load the Kubernetes configuration: no kubeconfig is named and {DEFAULT_KUBECONFIG} "
+                            f"does not exist ({RULE}), and this is not a pod with a service account ({exc})") from None
+        where = describe_source(chosen["kubeconfig"], chosen["context"])
+        raise KubeError(f"cannot load the Kubernetes configuration ({where}): {exc}") from None
+    client.bcd_source = describe_source(chosen["kubeconfig"], chosen["context"], client.configuration.host)
+    client.bcd_resolved = {**chosen, "server": client.configuration.host}
     return client
 
 

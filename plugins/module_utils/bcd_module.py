@@ -10,7 +10,7 @@ from __future__ import annotations
 # Every module_utils import is at module scope: mitogen's strategy (ANSIBLE_STRATEGY=mitogen_linear)
 # ships a module the module_utils its top level imports, and only those.
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import Client, ControlPlaneError
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import Kube, KubeError, api_client
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import RULE, Kube, KubeError, api_client
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
     SECRET_VARIABLES,
     VERSION_KEY,
@@ -78,9 +78,12 @@ def refuse_missing(module, inv: Inventory, names: list[str]) -> None:
     missing = []
     for name in names:
         target = getattr(inv, name, None)
-        if target and not os.path.exists(target):
-            missing.append(f"INVALID_CONFIG: {name}: {target} does not exist; name an existing file"
-                           + (" (or leave it unset for $KUBECONFIG or ~/.kube/config)" if name == "bcd_kubeconfig" else ""))
+        # a kubeconfig may be several files, os.pathsep between them (as KUBECONFIG holds them)
+        gone = [t for t in (target.split(os.pathsep) if name == "bcd_kubeconfig" and target else [target])
+                if t and not os.path.exists(t)]
+        if gone:
+            missing.append(f"INVALID_CONFIG: {name}: {', '.join(gone)} does not exist; name an existing file"
+                           + (f" (or leave it unset: {RULE})" if name == "bcd_kubeconfig" else ""))
     if missing:
         module.fail_json(msg="\n".join(missing), errors=missing)
 
@@ -168,21 +171,26 @@ def kube(module, inv: Inventory | None = None):
     raise AssertionError("unreachable")
 
 
-def reach(module, kubeconfig: str | None, context: str | None, attempts: int = 3, pause: float = 2.0) -> str:
-    """Read the API server's ``/version`` with ``kubeconfig``/``context`` (bcd_kubeconfig,
-    bcd_kube_context; None: $KUBECONFIG or ~/.kube/config, its current context); return where the
-    cluster was reached (:func:`bcd_kube.describe_source`). A cluster that cannot be reached
-    fails the module, naming the kubeconfig file(s), the context and its server, and the fix."""
+def reach(module, kubeconfig: str | None, context: str | None, attempts: int = 3, pause: float = 2.0) -> dict:
+    """Choose the cluster (:func:`bcd_kube.resolve`: bcd_kubeconfig, bcd_kube_context, else
+    K8S_AUTH_KUBECONFIG, K8S_AUTH_CONTEXT, else KUBECONFIG or ~/.kube/config and its current
+    context) and read its API server's ``/version``. Returns ``{"cluster": <where it was reached
+    (:func:`bcd_kube.describe_source`)>, "kube": {"kubeconfig", "context", "server",
+    "kubeconfig_from", "context_from"}}``: what every later task of the run is given. A kubeconfig
+    or context that does not exist fails the module before any request; a cluster that cannot be
+    reached fails it naming the kubeconfig file(s), the context and its server, and the fix."""
     import time
 
     try:
         api = Kube(api_client(kubeconfig, context))
     except KubeError as exc:
         module.fail_json(msg=str(exc))
+    chosen = getattr(api.client, "bcd_resolved", None) or {}
+    kube_out = {k: chosen.get(k) for k in ("kubeconfig", "context", "server", "kubeconfig_from", "context_from")}
     for attempt in range(1, attempts + 1):
         try:
             api.request("GET", "/version", timeout=10.0)
-            return api.source or "in-cluster"
+            return {"cluster": api.source or "in-cluster", "kube": kube_out}
         except KubeError as exc:
             if exc.status is not None and exc.status != 503:
                 where = "" if api.source is None or api.source in str(exc) else f" ({api.source})"

@@ -36,7 +36,13 @@ options:
   reach_cluster:
     description:
       - With C(bcd_nvidia_toolkit=gpu-operator), read the API server's C(/version) and fail when the cluster
-        cannot be reached. Returns RV(cluster).
+        cannot be reached. Returns RV(cluster) and RV(kube).
+    type: bool
+    default: false
+  reach_cluster_any_mode:
+    description:
+      - With O(reach_cluster), reach the cluster whatever C(bcd_nvidia_toolkit) is (the gate reads the cluster in
+        every mode), and not at all when C(bcd_node_root) is set (one node's folder, no cluster).
     type: bool
     default: false
 extends_documentation_fragment:
@@ -68,10 +74,22 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cluster:
-  description: With O(reach_cluster) and C(bcd_nvidia_toolkit=gpu-operator). Where the cluster was reached - the kubeconfig file(s), the context and its server.
+  description:
+    - With O(reach_cluster) and C(bcd_nvidia_toolkit=gpu-operator) (or O(reach_cluster_any_mode)).
+    - Where the cluster was reached - the kubeconfig file(s), the context and its server.
   returned: when the cluster was reached
   type: str
   sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
+kube:
+  description:
+    - The cluster every later task of the run is given (C(bcd_kubeconfig), C(bcd_kube_context)), chosen once as
+      kubernetes.core chooses it - C(bcd_kubeconfig) and C(bcd_kube_context), else C(K8S_AUTH_KUBECONFIG) and
+      C(K8S_AUTH_CONTEXT), else C(KUBECONFIG), else C(~/.kube/config) and its current context - and which of
+      these chose each. C(kubeconfig) and C(context) are null for the in-cluster service account.
+  returned: when the cluster was reached
+  type: dict
+  sample: {kubeconfig: /home/ops/.kube/config, context: gpu-east, server: "https://10.0.0.1:6443",
+           kubeconfig_from: KUBECONFIG, context_from: K8S_AUTH_CONTEXT}
 settings:
   description: The validated GPU-isolation variables, relative paths made absolute.
   returned: always
@@ -128,7 +146,8 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_isolation_clust
 
 def main() -> None:
     # the action group's module_defaults set api_key for every member; not used
-    module = AnsibleModule(argument_spec=dict(SETTINGS_OPTIONS, api_key={"type": "str", "no_log": True}),
+    module = AnsibleModule(argument_spec=dict(SETTINGS_OPTIONS, api_key={"type": "str", "no_log": True},
+                                              reach_cluster_any_mode={"type": "bool", "default": False}),
                            supports_check_mode=True)
     run_settings(module)
 

@@ -46,10 +46,10 @@ options:
     default: []
   reach_cluster:
     description:
-      - Read the API server's C(/version) with C(bcd_kubeconfig) and C(bcd_kube_context) (else
-        C($KUBECONFIG) or C(~/.kube/config) and its current context) before anything else runs,
+      - Choose the cluster (RV(kube)) and read its API server's C(/version) before anything else runs,
         so that a cluster that cannot be reached fails here, naming the kubeconfig file(s), the
-        context and its server, instead of in a later task that names none of them.
+        context and its server, instead of in a later task that names none of them. A kubeconfig
+        or a context that does not exist is refused, naming the variable and the contexts there.
       - A connection failure is tried 3 times, 2 s apart (each request waits up to 10 s).
     type: bool
     default: false
@@ -174,6 +174,16 @@ cluster:
   returned: when O(reach_cluster) is true
   type: str
   sample: kubeconfig /home/ops/.kube/gpu-east.yaml, context gpu-east, server https://10.0.0.1:6443
+kube:
+  description:
+    - The cluster every later task of the run is given (C(bcd_kubeconfig), C(bcd_kube_context)), chosen once as
+      kubernetes.core chooses it - C(bcd_kubeconfig) and C(bcd_kube_context), else C(K8S_AUTH_KUBECONFIG) and
+      C(K8S_AUTH_CONTEXT), else C(KUBECONFIG), else C(~/.kube/config) and its current context - and which of
+      these chose each. C(kubeconfig) and C(context) are null for the in-cluster service account.
+  returned: when the cluster was reached
+  type: dict
+  sample: {kubeconfig: /home/ops/.kube/config, context: gpu-east, server: "https://10.0.0.1:6443",
+           kubeconfig_from: KUBECONFIG, context_from: K8S_AUTH_CONTEXT}
 dest:
   description: The file written (or that would be, in check mode), absolute.
   returned: when O(dest) or C(bcd_render_out) is set
@@ -241,7 +251,7 @@ def main() -> None:
     inv = inventory(module, tuple(module.params["required"]))
     refuse_existing(module, inv, module.params["new_files"])
     refuse_missing(module, inv, module.params["existing_files"])
-    cluster = reach(module, inv.bcd_kubeconfig, inv.bcd_kube_context) if module.params["reach_cluster"] else None
+    reached = reach(module, inv.bcd_kubeconfig, inv.bcd_kube_context) if module.params["reach_cluster"] else None
     try:
         with open(module.params["template"], encoding="utf-8") as handle:
             template_text = handle.read()
@@ -265,8 +275,8 @@ def main() -> None:
         "config_sha256": ds["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
         "names": names(inv, module.params["host"], module.params["run"]),
     }
-    if cluster:
-        result["cluster"] = cluster
+    if reached:
+        result.update(reached)
     preview = [o for o in objects if o["kind"] in module.params["diff_kinds"]]
     if preview:
         result["changed"] = True

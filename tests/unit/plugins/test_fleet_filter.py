@@ -132,7 +132,8 @@ def test_the_connection_is_the_render_s_else_the_inputs_with_their_defaults():
           "c": {}}
     assert bcd_kube_source(hv, "a") == "kubeconfig /k, context c, server https://x"
     assert bcd_kube_source(hv, "b") == "kubeconfig /etc/bcd/kube, context east"
-    assert bcd_kube_source(hv, "c") == "kubeconfig from KUBECONFIG or ~/.kube/config, context its current context"
+    assert bcd_kube_source(hv, "c") == ("kubeconfig from K8S_AUTH_KUBECONFIG, KUBECONFIG or ~/.kube/config, "
+                                      "context from K8S_AUTH_CONTEXT or its current context")
 
 
 def test_a_cluster_a_failed_wave_stopped_is_not_started_not_failed():
