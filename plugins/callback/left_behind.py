@@ -96,12 +96,16 @@ def _uses(tok: dict) -> str | None:
         return None
 
 
-def _forking(frame) -> bool:
-    """Whether ``frame`` (where a signal handler was called) is within a fork of
-    ``multiprocessing`` (its ``Popen._launch``, which runs the at-fork hooks)."""
+def _swallowing(frame) -> bool:
+    """Whether ``frame`` (where a signal handler was called) is where Python drops an exception
+    (printed as "Exception ignored in ..."): within a fork of ``multiprocessing`` (its
+    ``Popen._launch``, which runs the at-fork hooks), or within a finalizer (a ``__del__`` the
+    garbage collector runs, such as a closed worker pipe's)."""
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_launch" and code.co_filename.endswith(os.path.join("multiprocessing", "popen_fork.py")):
+            return True
+        if code.co_name == "__del__":
             return True
         frame = frame.f_back
     return False
@@ -152,9 +156,10 @@ class CallbackModule(CallbackBase):
         """Whether the signal must not be acted on here, and what was done instead.
 
         A handler runs where the main thread is. While ansible-playbook forks a worker, that is
-        inside an at-fork hook (logging's, threading's), where Python prints the interruption's
-        exception as a traceback and drops it: the run went on to the end, a SIGTERM lost. In
-        the parent the signal is sent again a moment later, once the fork is over. In a worker
+        inside an at-fork hook (logging's, threading's); when the garbage collector closes a
+        worker's pipe, inside its ``__del__``. There Python prints the interruption's exception
+        as a traceback and drops it: the run went on to the end, the signal lost. In the parent
+        the signal is sent again a moment later, once the hook or finalizer is over. In a worker
         that has not yet replaced the handlers it inherited (ansible-core's own race: its parent
         handler fails there), the worker ends as the signal's default does, silently; its parent
         is stopping it anyway."""
@@ -162,7 +167,7 @@ class CallbackModule(CallbackBase):
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return True
-        if not _forking(frame):
+        if not _swallowing(frame):
             return False
         again = threading.Timer(0.02, os.kill, (self._pid, signum))
         again.daemon = True

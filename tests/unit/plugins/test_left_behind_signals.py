@@ -1,8 +1,10 @@
-"""The left_behind callback's interruption handlers, where ansible-playbook forks its workers.
+"""The left_behind callback's interruption handlers, where ansible-playbook forks its workers
+or the garbage collector closes their pipes.
 
 A signal handler runs wherever the main thread is. A signal that arrives while a worker is
-forked is handled inside an at-fork hook, where Python drops the handler's exception (printed
-as "Exception ignored in ..."). A scripted process stands in for ansible-playbook: it installs
+forked is handled inside an at-fork hook, and one that arrives while a finalizer (``__del__``)
+runs, inside it: there Python drops the handler's exception (printed as "Exception ignored
+in ..."). A scripted process stands in for ansible-playbook: it installs
 the callback's handlers over a SIGINT handler that raises KeyboardInterrupt, as ansible-core's
 TaskQueueManager does, and forks with ``multiprocessing`` while a hook sends the signal.
 """
@@ -33,6 +35,18 @@ SCRIPT = textwrap.dedent("""
     callback.v2_playbook_on_start(None)
     where = sys.argv[1]
     sig = getattr(signal, sys.argv[2])
+    if where == "finalizer":
+        class Pipe:  # a worker's pipe, closed by the garbage collector
+            def __del__(self):
+                os.kill(os.getpid(), sig)
+                time.sleep(0.2)  # the handler runs here, inside __del__
+        try:
+            Pipe()
+            time.sleep(2)
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after the finalizer, signal", callback._signal)
+        sys.exit(0)
     if where == "parent":
         os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), sig))
     else:
@@ -68,3 +82,11 @@ def test_a_worker_signalled_before_it_has_its_own_handlers_ends_silently():
     run = _run("child", "SIGTERM")
     assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
     assert "child exit -15" in run.stdout and "not interrupted" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_finalizer_interrupts_the_run_once_it_is_over(sig):
+    run = _run("finalizer", sig)
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    said = "SIGTERM" if sig == "SIGTERM" else "SIGINT (Ctrl-C)"
+    assert f"interrupted after the finalizer, signal {said}" in run.stdout, run.stdout + run.stderr
