@@ -222,11 +222,11 @@ def extra_vars(playbook, world, kube_proxy, runner, tmp_path, reliability, count
 
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
-def test_invalid_extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability):
-    extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability, 2)
+def test_invalid_extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability, case_seed):
+    extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability, 2, case_seed)
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
-def test_many_invalid_extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability):
-    extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability, 12)
+def test_many_invalid_extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability, case_seed):
+    extra_vars(playbook, ready, kube_proxy, runner, tmp_path, reliability, 12, case_seed)
