@@ -25,6 +25,10 @@ description:
     the interruption came while minting), deletes that Secret, and releases the cluster's lock.
     It takes at most 10 seconds (a SIGTERM is followed by a SIGKILL soon); a second Ctrl-C or
     SIGTERM stops it.
+  - An interrupted ansible-playbook can hang in its own clean-up (a worker ended while it held the
+    results queue's lock). When the run has not ended 20 seconds after the interruption, this
+    callback cleans up and says what is left as above, then ends ansible-playbook with exit code
+    99, as an interrupted run exits.
   - Whatever is still live then, or after a clean-up of the run itself that failed, its last
     lines name each join token still live (id, the uses it has left as the control plane says
     when it can be asked, expiry - it lapses then), the Secret (until the next run deletes it),
@@ -52,6 +56,12 @@ from ansible.plugins.callback import CallbackBase
 # followed by a SIGKILL, often 10 s later), each request at most REQUEST_SECONDS.
 CLEANUP_SECONDS = 10.0
 REQUEST_SECONDS = 5.0
+# After an interruption ansible-playbook ends within seconds; one still running this long after
+# it is stuck (a worker stopped while it held the results queue's lock, which ansible-playbook's
+# own clean-up then waits for): this callback cleans up, says what is left, and ends it.
+STALL_SECONDS = 20.0
+# ansible-playbook's exit code for an interrupted run ("User interrupted execution")
+INTERRUPTED_EXIT = 99
 
 # options of ansible-playbook that say which clusters a run covers (no -e: it may carry a secret)
 _KEEP = {"-i", "--inventory", "--inventory-file", "-l", "--limit"}
@@ -131,6 +141,8 @@ class CallbackModule(CallbackBase):
         self._ended = False
         self._said = False
         self._pid = os.getpid()
+        self._exiting = threading.Lock()  # held by whichever ends the run: atexit, or the stall watch
+        self._watching = False
         atexit.register(self._at_exit)
         self._previous_term = signal.getsignal(signal.SIGTERM)
 
@@ -146,6 +158,7 @@ class CallbackModule(CallbackBase):
             if self._not_now(signum, frame):
                 return None
             self._signal = self._signal or "SIGINT (Ctrl-C)"
+            self._watch_the_end()
             if callable(previous_int):
                 return previous_int(signum, frame)
             raise KeyboardInterrupt()
@@ -174,10 +187,37 @@ class CallbackModule(CallbackBase):
         again.start()
         return True
 
+    def _watch_the_end(self) -> None:
+        """Once interrupted, make sure ansible-playbook ends: if it still runs STALL_SECONDS later
+        and its exit has not begun, clean up and say what is left from here, then end it with
+        the exit code of an interrupted run.
+
+        ansible-playbook passes the interruption on to its workers, which end at once
+        (``os._exit``); one that was sending on the results queue then never releases the queue's
+        lock, and ansible-playbook's own clean-up blocks on it for good. An orchestrator's SIGKILL
+        would end the run later, with nothing cleaned up and nothing said."""
+        if self._watching:
+            return
+        self._watching = True
+
+        def watch() -> None:
+            time.sleep(STALL_SECONDS)
+            if not self._exiting.acquire(blocking=False):
+                return  # atexit is ending the run
+            self._line(f"bcd-ansible: ansible-playbook did not end within {STALL_SECONDS:.0f}s of the interruption "
+                       "(a worker stopped while holding its results queue); ending it", color="bright yellow")
+            self._end()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(INTERRUPTED_EXIT)
+
+        threading.Thread(target=watch, name="bcd-left-behind-watch", daemon=True).start()
+
     def _on_term(self, signum, frame):
         if self._not_now(signum, frame):
             return None
         self._signal = "SIGTERM"
+        self._watch_the_end()
         handler = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if callable(handler):
@@ -240,6 +280,12 @@ class CallbackModule(CallbackBase):
     def _at_exit(self):
         if os.getpid() != self._pid:
             return  # a worker process forked from ansible-playbook
+        if not self._exiting.acquire(blocking=False):
+            return  # the stall watch is ending the run
+        self._end()
+
+    def _end(self):
+        """Clean up after an interruption and say what is left (once, as the run ends)."""
         if not self._ended:
             self._signal = self._signal or "an interruption"
         cleaned: dict[str, list[str]] = {}
@@ -354,7 +400,9 @@ class CallbackModule(CallbackBase):
         def stop(signum, frame):
             raise KeyboardInterrupt()
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # only the main thread sets handlers (the stall watch cleans up from its own thread)
+        main = threading.current_thread() is threading.main_thread()
+        for signum in (signal.SIGINT, signal.SIGTERM) if main else ():
             signal.signal(signum, stop)
         threads = [threading.Thread(target=self._clean_host, args=(h, done[h]), daemon=True) for h in hosts]
         deadline = time.monotonic() + CLEANUP_SECONDS
@@ -371,7 +419,7 @@ class CallbackModule(CallbackBase):
                 if t.is_alive():
                     done[h].append(f"FAILED: the clean-up did not end within {CLEANUP_SECONDS:.0f}s")
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in (signal.SIGINT, signal.SIGTERM) if main else ():
                 signal.signal(signum, signal.SIG_DFL)
         return {h: list(done[h]) for h in hosts}
 

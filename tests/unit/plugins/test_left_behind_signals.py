@@ -35,6 +35,19 @@ SCRIPT = textwrap.dedent("""
     callback.v2_playbook_on_start(None)
     where = sys.argv[1]
     sig = getattr(signal, sys.argv[2])
+    if where == "stuck":
+        import ansible_collections.bcd.kubernetes.plugins.callback.left_behind as left_behind
+        left_behind.STALL_SECONDS = 1.0
+        queue_lock = multiprocessing.Lock()  # a results queue's lock a worker took and never released
+        queue_lock.acquire()
+        try:
+            os.kill(os.getpid(), sig)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            print("interrupted, cleaning up", flush=True)
+            queue_lock.acquire()  # ansible-playbook's clean-up, blocked for good
+        print("ended by itself")
+        sys.exit(0)
     if where == "finalizer":
         class Pipe:  # a worker's pipe, closed by the garbage collector
             def __del__(self):
@@ -90,3 +103,11 @@ def test_a_signal_during_a_finalizer_interrupts_the_run_once_it_is_over(sig):
     assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
     said = "SIGTERM" if sig == "SIGTERM" else "SIGINT (Ctrl-C)"
     assert f"interrupted after the finalizer, signal {said}" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_run_stuck_in_its_clean_up_is_ended(sig):
+    run = _run("stuck", sig)
+    assert "interrupted, cleaning up" in run.stdout, run.stdout + run.stderr
+    assert "did not end within 1s of the interruption" in run.stdout, run.stdout + run.stderr
+    assert run.returncode == 99 and "ended by itself" not in run.stdout, (run.returncode, run.stdout + run.stderr)
