@@ -17,13 +17,14 @@ most is left behind); ``make test-long`` runs each signal at every step.
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.helpers import ROOT
-from tests.reliability.harness import Run, Runner, Trigger, World, reap, send
+from tests.reliability.harness import Run, Runner, Trigger, World, paused, reap, send
 
 pytestmark = pytest.mark.sandbox
 
@@ -65,14 +66,37 @@ def steps() -> list[str]:
 STEPS = steps()
 
 
+def forget_for_good(world: World, settle: float = 3.0, timeout: float = 90) -> None:
+    """The control plane forgets every GPU node until none reports again for ``settle`` s: a
+    killed run's Secret may hold a token with uses left, with which the pods join again at once
+    (each rejoin uses it up), and the next run would then find nothing to do."""
+    def joined() -> list[str]:
+        return [n for n, state in world.reporting().items() if state in ("adopting", "ready", "draining")]
+
+    deadline = time.monotonic() + timeout
+    while True:
+        world.forget()
+        quiet_until = time.monotonic() + settle
+        while time.monotonic() < quiet_until and not joined():
+            time.sleep(0.5)
+        if not joined():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the nodes kept joining again for {timeout}s: {joined()}")
+
+
 def kill_and_check(world: World, runner: Runner, sig: signal.Signals, step: str, delay: float,
                    stale: dict[str, str], nth: int = 1) -> tuple[Run, dict]:
     """One link of a chain: forget the nodes, run, send ``sig`` ``delay`` s after the ``nth``
-    banner naming ``step``. ``stale``: token id -> run id of the tokens killed runs left
+    banner naming ``step`` (at the banner, with the run stopped while it is sent, for the last
+    step: it may end sooner). ``stale``: token id -> run id of the tokens killed runs left
     unrevoked so far (updated)."""
-    world.forget()
+    forget_for_good(world)
     known = {t["id"] for t in world.ours()}
-    run = runner.run("adopt-cluster.yml", triggers=[Trigger(step, send(sig), delay=delay, nth=nth)])
+    action = send(sig)
+    if step == STEPS[-1]:
+        action, delay = paused(action), 0.0
+    run = runner.run("adopt-cluster.yml", triggers=[Trigger(step, action, delay=delay, nth=nth)])
     killed = reap(run)
     assert run.signalled == sig.name, f"the run ended before {step!r} ({run.returncode}):\n{run.tail()}"
     at = run.output.find("Traceback")
