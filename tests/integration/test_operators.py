@@ -95,7 +95,7 @@ def test_the_node_wait_says_how_far_it_is_at_least_every_30_seconds(sandbox, cp,
     assert re.search(rf"did not report within 65s: {muted}: its bcd node is offline", _flat(out)), out[-3000:]
 
 
-def test_adoption_report_names_the_kubeconfig_and_the_context(sandbox):
+def test_adoption_report_names_the_kubeconfig_and_the_context(sandbox, unadopted):
     run = run_playbook("adopt-cluster.yml")
     assert run.returncode == 0, run.stdout[-3000:]
     kubeconfig = str(sandbox.kubeconfig)
@@ -105,7 +105,7 @@ def test_adoption_report_names_the_kubeconfig_and_the_context(sandbox):
     assert m.group(1) == kubeconfig and m.group(3).rstrip("/") == sandbox.server.rstrip("/")
 
 
-def test_check_diff_of_an_adopted_cluster_hides_the_servers_bookkeeping(sandbox):
+def test_check_diff_of_an_adopted_cluster_hides_the_servers_bookkeeping(sandbox, adopted):
     run = run_playbook("adopt-cluster.yml", "--check", "--diff", "-e", "bcd_log_level=debug")
     assert run.returncode == 0, run.stdout[-3000:]
     assert 'log_level = "debug"' in run.stdout
@@ -113,7 +113,7 @@ def test_check_diff_of_an_adopted_cluster_hides_the_servers_bookkeeping(sandbox)
     assert diffs and not BOOKKEEPING.search(diffs), BOOKKEEPING.search(diffs)
 
 
-def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox):
+def test_a_node_that_goes_not_ready_during_its_stage_fails_the_gate(sandbox, adopted):
     """The Node goes NotReady as soon as its new pod exists; the pod itself turns Ready."""
     current = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
     new = next(i for i in NEXT_IMAGES if i != current["spec"]["template"]["spec"]["containers"][0]["image"])
