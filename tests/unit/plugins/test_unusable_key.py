@@ -72,7 +72,9 @@ def test_a_key_that_is_not_a_string_leaves_every_line_readable(tmp_path):
                                                  "vars": {"ansible_connection": "local"}}}))
     book = tmp_path / "render.yml"
     book.write_text(PLAY % {"out": tmp_path})
-    done = run_playbook(str(book), "-i", str(inventory), "-vvv")
+    # ansible-core 2.21 puts the module's arguments in a result only when told to (INJECT_INVOCATION);
+    # 2.19 and 2.20 always do and ignore the variable
+    done = run_playbook(str(book), "-i", str(inventory), "-vvv", env={"ANSIBLE_INJECT_INVOCATION": "true"})
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     for host, (_variables, expected) in HOSTS.items():
@@ -82,7 +84,8 @@ def test_a_key_that_is_not_a_string_leaves_every_line_readable(tmp_path):
         assert "********" not in msgs["here"], (host, msgs["here"])
         assert [line for line in lines if not line.endswith(": is required")] == expected, (host, lines)
     assert NESTED not in out and VALID_KEY not in out
-    assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in out  # the string key: masked in the invocation
+    # the string key reached the module, masked in the invocation (2.22 writes $REDACTED$)
+    assert "api_key: VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in out or "api_key: $REDACTED$" in out
 
 
 @pytest.mark.parametrize(("key", "stand_in"), [(["n"], []), ({"k": "n"}, {}), (7, 0), (True, False), (1.5, 0.0)])
