@@ -69,23 +69,23 @@ def _adopt(hv, rec, joined_word):
     report = _get(hv, "bcd_daemonset_joined") if _get(hv, "bcd_daemonset_joined", "nodes") is not None else None
     report = report or _get(hv, "bcd_daemonset_report") or {}
     minted = 1 if _get(hv, "join_token_minted", "id") else 0
-    # joined by this run: the nodes the token was for (to_join) that report now, as its uses count
-    # them; a node the control plane knew rejoins without a token and is not counted here
-    reporting = {n.get("name") for n in (_get(hv, "bcd_daemonset_joined", "nodes") or []) if isinstance(n, Mapping)
-                 and n.get("reporting")}
-    to_join = _get(hv, "bcd_daemonset_to_join")
+    # joined by this run: the uses of this run's token as the control plane recorded them when it
+    # was revoked (a node that rejoins with the identity it has spends none); unknown (None) when
+    # the token was minted but its record could not be read
+    uses = _get(hv, "join_token_revoked", "uses")
     if not minted:
         joined = 0
-    elif isinstance(to_join, list) and reporting:
-        joined = len(set(to_join) & reporting)
+    elif isinstance(uses, Mapping) and uses and all(isinstance(v, int) for v in uses.values()):
+        joined = sum(uses.values())
     else:
-        joined = _count(to_join if isinstance(to_join, list) else _get(hv, "bcd_daemonset_missing"))
+        joined = None
     revoked = _count(_get(hv, "join_token_revoked", "revoked")) + _count(_get(hv, "join_token_stale", "revoked"))
     rec["tokens"] = {"minted": minted, "revoked": revoked}
     if "selected" in report:
         rec["nodes"] = {"selected": report.get("selected"), "reporting": report.get("reporting"), joined_word: joined}
-        rec["detail"] = (f"{report.get('reporting')} of {report.get('selected')} selected node(s) report, "
-                         f"{joined} {joined_word} by this run")
+        said = f"{joined} {joined_word} by this run" if joined is not None else \
+            f"how many {joined_word} by this run is unknown (its token's record could not be read)"
+        rec["detail"] = f"{report.get('reporting')} of {report.get('selected')} selected node(s) report, {said}"
     rec["report"] = _plain(_isolation_verdict(hv).get("report"))
 
 

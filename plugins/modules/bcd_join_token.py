@@ -120,6 +120,13 @@ secret_deleted:
   description: Whether the Secret was deleted.
   returned: state=absent
   type: bool
+uses:
+  description:
+    - Per token revoked now, its id and how many nodes joined with it (the control plane's C(uses), read after the
+      revocation, so it is final); V(null) when it could not be read. Empty in check mode.
+  returned: state=absent
+  type: dict
+  sample: {"tok-5f2c": 2}
 """
 
 import base64
@@ -262,6 +269,7 @@ def absent(module, inv, cp, core) -> None:
     p = module.params
     where = {"namespace": inv.bcd_namespace, "name": inv.bcd_join_token_secret.name, "key": inv.bcd_join_token_secret.key}
     revoked, failures, found = [], [], []
+    uses: dict = {}
     try:
         found = find_tokens(cp, inv, p["cluster"], p["run"], p["scope"])
     except ControlPlaneError as exc:
@@ -275,6 +283,13 @@ def absent(module, inv, cp, core) -> None:
             revoked.append(tok["id"])
         except ControlPlaneError as exc:
             failures.append(f"revoking token {tok['id']}: {exc}; {usable(tok)}")
+            continue
+        # read once revoked, so no node can spend a use after the count: the control plane's own
+        # record of how many nodes joined with it
+        try:
+            uses[tok["id"]] = int(cp.get_token(inv.bcd_tenant, tok["id"]).get("uses") or 0)
+        except (ControlPlaneError, TypeError, ValueError):
+            uses[tok["id"]] = None
     secret_deleted, note = False, None
     if p["delete_secret"]:
         try:
@@ -287,7 +302,7 @@ def absent(module, inv, cp, core) -> None:
             + (f"Secret {where['namespace']}/{where['name']} (holds the join token under key {where['key']})\n" if secret_deleted else ""),
             "after": "".join(f"join token {i} ({described[i]}): revoked\n" for i in revoked)}
     result = {"changed": bool(revoked or secret_deleted), "revoked": revoked, "secret_deleted": secret_deleted, "secret": where,
-              "diff": diff,
+              "uses": uses, "diff": diff,
               "stale": [{"id": t["id"], "description": t.get("description"), "createdAt": t.get("createdAt")} for t in found]
               if p["scope"] == "stale" else [], "cp_requests": cp.requests}
     if note:

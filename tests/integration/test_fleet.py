@@ -108,6 +108,8 @@ def test_two_clusters_adopt_in_one_run(fleet, tmp_path):
         assert {n: c.reporting().get(n) for n in nodes} == {n: "adopting" for n in nodes}, c.name
         minted = [t for t in c.tokens() if t["id"] not in before[c.name]]
         assert len(minted) == 1 and minted[0]["revokedAt"], f"{c.name}: one token, revoked: {minted}"
+        # "joined by this run" is the control plane's own count
+        assert minted[0]["uses"] == 2, minted
         assert c.sandbox.kubectl("get", "secret", "-n", "bcd-system", "-o", "name").stdout.count("join") == 0
 
     lines = summary(run.stdout)

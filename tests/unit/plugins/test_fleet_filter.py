@@ -22,7 +22,7 @@ def adopted(name: str, **more) -> dict:
     return {"adopt_cluster": name, "bcd_report_out": "fleet.json",
             "bcd_daemonset_render": {"config": {"bcd_report_out": "/abs/fleet.json"}},
             "join_token_minted": {"id": "jt_1", "max_uses": 2}, "bcd_daemonset_missing": ["a", "b"],
-            "join_token_revoked": {"revoked": ["jt_1"]}, "join_token_stale": {"revoked": []},
+            "join_token_revoked": {"revoked": ["jt_1"], "uses": {"jt_1": 2}}, "join_token_stale": {"revoked": []},
             "bcd_daemonset_joined": {"nodes": [{}, {}], "selected": 2, "reporting": 2},
             "gpu_stack_verify_folder": {"skipped": True}, "gpu_stack_verify_cluster": VERDICT, **more}
 
@@ -149,12 +149,32 @@ def test_a_cluster_a_failed_wave_stopped_is_not_started_not_failed():
     assert " ".join(lines[2].split()).startswith("east not started 0/0 not started: cluster(s) west of an earlier wave")
 
 
-def test_joined_by_this_run_counts_the_token_s_nodes_that_report_not_the_rejoined():
-    # gpu-node-2 was known to the control plane (offline): it rejoins without a token
+def test_joined_by_this_run_is_the_control_plane_s_count_of_the_token_s_uses():
+    # gpu-node-2 was known to the control plane (offline): it rejoins without spending a use
     hv = {"east": adopted("east", join_token_minted={"id": "jt_1", "max_uses": 1}, bcd_daemonset_missing=["n1", "n2"],
-                          bcd_daemonset_to_join=["n1"],
+                          bcd_daemonset_to_join=["n1"], join_token_revoked={"revoked": ["jt_1"], "uses": {"jt_1": 1}},
                           bcd_daemonset_joined={"selected": 2, "reporting": 2, "nodes": [
                               {"name": "n1", "reporting": True}, {"name": "n2", "reporting": True}]})}
     [rec] = bcd_fleet_records(hv, ["east"], "adopt-cluster")
     assert rec["nodes"]["joined"] == 1
     assert rec["detail"] == "2 of 2 selected node(s) report, 1 joined by this run"
+
+
+def test_a_refused_join_is_not_counted_though_its_node_was_to_join():
+    # west's only new node was refused: the token records no use, whatever the node list says
+    hv = {"west": adopted("west", join_token_minted={"id": "jt_1", "max_uses": 1}, bcd_daemonset_to_join=["n3"],
+                          join_token_revoked={"revoked": ["jt_1"], "uses": {"jt_1": 0}},
+                          bcd_daemonset_joined={"selected": 1, "reporting": 1,
+                                                "nodes": [{"name": "n3", "reporting": True}]})}
+    [rec] = bcd_fleet_records(hv, ["west"], "adopt-cluster")
+    assert rec["nodes"]["joined"] == 0
+    assert rec["detail"] == "1 of 1 selected node(s) report, 0 joined by this run"
+
+
+@pytest.mark.parametrize("revoked", [{}, {"revoked": []}, {"revoked": ["jt_1"], "uses": {"jt_1": None}}])
+def test_an_unread_token_record_makes_the_count_unknown_not_a_guess(revoked):
+    hv = {"east": adopted("east", join_token_revoked=revoked)}
+    [rec] = bcd_fleet_records(hv, ["east"], "adopt-cluster")
+    assert rec["nodes"]["joined"] is None
+    assert rec["detail"] == ("2 of 2 selected node(s) report, how many joined by this run is unknown (its token's "
+                             "record could not be read)")
