@@ -1,6 +1,7 @@
 """The collection as a user installs it: built, installed into a fresh collections path, and
 called by FQCN from a user's own playbook in a directory outside the repository, with no
-ansible.cfg of ours, against the sandbox.
+ansible.cfg of ours, against the sandbox; each of its playbooks run by FQCN the same way; and
+README's ansible.cfg lines, which enable its callbacks.
 
 The user's inventory is README's "Using it on your cluster" example, copied verbatim from
 README.md (its placeholders get the sandbox's values from a host_vars file beside it, which
@@ -39,6 +40,15 @@ def readme_yaml(section: str) -> str:
     text = readme.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```yaml\n(.*?)```", text, re.S)
     assert block, f"README's {section!r} has no yaml block"
+    return block.group(1)
+
+
+def readme_block(section: str, lang: str) -> str:
+    """The first ``lang`` block of README's section ``section``, as it is written there."""
+    readme = (ROOT / "README.md").read_text()
+    text = readme.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(rf"```{lang}\n(.*?)```", text, re.S)
+    assert block, f"README's {section!r} has no {lang} block"
     return block.group(1)
 
 
@@ -244,3 +254,47 @@ def test_every_playbook_runs_by_fqcn_from_the_installed_collection(sandbox, cp, 
     assert {i["kind"] for i in json.loads((user / "bcd.json").read_text())["items"]} >= {"Namespace", "DaemonSet"}
     out = run("release_cluster", "-e", f"bcd_release_confirm={host}", warns=True)
     assert f"Cluster {host} is released" in out and f"{n} node(s) removed" in out, out[-3000:]
+
+
+FIRST_STEP = """
+- name: The first step of the playbooks that mint a token or take the lock, alone
+  hosts: localhost
+  gather_facts: false
+  connection: local
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: Warn when the callback that cleans up after an interrupted run is not enabled
+      ansible.builtin.include_role:
+        name: bcd.kubernetes.bcd_daemonset
+        tasks_from: left_behind
+"""
+
+
+def test_the_readme_ansible_cfg_enables_the_collections_callbacks(installed, tmp_path):
+    """Without an ansible.cfg the installed collection warns that left_behind is off, once, with
+    the lines to add; with README's ansible.cfg lines, as written, both callbacks load from the
+    installed collection and nothing warns."""
+    user = tmp_path / "my-ansible"
+    user.mkdir()
+    (user / "site.yml").write_text(FIRST_STEP)
+    env = user_env(installed, tmp_path / "ansible-home")
+
+    def run(*cmd: str) -> str:
+        done = subprocess.run([str(VENV_BIN / cmd[0]), *cmd[1:]], cwd=user, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    bare = run("ansible-playbook", "-i", "localhost,", "site.yml")
+    assert bare.count(NO_LEFT_BEHIND) == 1 and f"  [defaults]\n  {CFG_LINE}\n" in bare, bare
+
+    (user / "ansible.cfg").write_text(readme_block("Install", "ini"))
+    config = run("ansible-config", "dump", "--only-changed")
+    assert re.search(r"^CALLBACKS_ENABLED\(.*\) = \['bcd.kubernetes.left_behind'\]$", config, re.M), config
+    assert re.search(r"^DEFAULT_STDOUT_CALLBACK\(.*\) = bcd.kubernetes.concise$", config, re.M), config
+    configured = run("ansible-playbook", "-i", "localhost,", "site.yml")
+    # no warning: neither ours nor one of a callback that failed to load; the concise callback
+    # drops the "included:" line the default callback prints
+    assert "[WARNING]" not in configured and "skipping: [localhost]" in configured, configured
+    assert "included:" in bare and "included:" not in configured, configured
