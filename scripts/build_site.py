@@ -31,6 +31,8 @@ OUT = ROOT / "out" / "docs"
 DOCTREES = ROOT / "out" / "docs-doctrees"
 BIN = Path(sys.executable).parent
 COLLECTION = "bcd.kubernetes"
+# the install note of each module and role page: the tarball, not Galaxy (the file says why)
+ANTSIBULL_CFG = ROOT / "docs" / "site" / "antsibull-docs.cfg"
 
 # What the site is made of: a change to any of these makes out/docs stale.
 INPUTS = [
@@ -310,8 +312,8 @@ def main() -> int:
 
     shutil.rmtree(SRC, ignore_errors=True)
     SRC.mkdir(parents=True, mode=0o700)  # antsibull-docs wants its directory readable by itself only
-    run([str(BIN / "antsibull-docs"), "collection", "--use-current", "--squash-hierarchy", "--fail-on-error",
-         "--dest-dir", str(SRC), COLLECTION], env)
+    run([str(BIN / "antsibull-docs"), "--config-file", str(ANTSIBULL_CFG), "collection", "--use-current",
+         "--squash-hierarchy", "--fail-on-error", "--dest-dir", str(SRC), COLLECTION], env)
 
     modules = sorted(p.name.removesuffix("_module.rst") for p in SRC.glob("*_module.rst"))
     playbooks = playbook_pages(modules)

@@ -13,7 +13,7 @@ short_description: Ansible's default output, without the lines that say nothing;
 version_added: 1.1.0
 description:
   - Ansible's default stdout callback (P(ansible.builtin.default#callback)), with its options. It
-    differs only while C(display_ok_hosts) is false (as the collection's C(ansible.cfg) sets it) and
+    differs only while C(display_ok_hosts) is false (as this repository's C(ansible.cfg) sets it) and
     the verbosity is 0 (no C(-v)).
   - A task that ends ok prints only when it has something to say - a message (M(ansible.builtin.debug)),
     a warning, a change - and then with its banner, as with C(display_ok_hosts) true. The default
@@ -31,7 +31,9 @@ extends_documentation_fragment:
   - default_callback
   - result_format_callback
 requirements:
-  - set as the stdout callback in configuration (the collection's C(ansible.cfg) does)
+  - set as the stdout callback in configuration - C(stdout_callback = bcd.kubernetes.concise) and
+    C(display_ok_hosts = False) in the C([defaults]) section of your C(ansible.cfg) (this
+    repository's C(ansible.cfg) has them)
 """
 
 from ansible import constants as C

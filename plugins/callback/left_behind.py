@@ -37,7 +37,11 @@ description:
     whose holder process on this host is gone). The very last line keeps the first cause.
   - No secret is printed. The API key goes only to the control-plane client, and a token is
     never read (the Secret's token-id annotation is).
-  - Enabled in the collection's C(ansible.cfg) (C(callbacks_enabled = bcd.kubernetes.left_behind)).
+  - Enabled by configuration only, never by a play - C(callbacks_enabled = bcd.kubernetes.left_behind)
+    in the C([defaults]) section of your C(ansible.cfg) (this repository's C(ansible.cfg) has it), or
+    C(ANSIBLE_CALLBACKS_ENABLED=bcd.kubernetes.left_behind). Without it, the playbooks that mint a
+    join token or take the lock (adopt-cluster, add-nodes, rollout, release-cluster) warn once per
+    run, with those lines.
 requirements:
   - enable in configuration
 """

@@ -11,6 +11,8 @@ bcd_rollout's page are photographed into out/docs-shots/.
 from __future__ import annotations
 
 import ast
+import html
+import re
 import subprocess
 import sys
 import threading
@@ -217,3 +219,33 @@ def test_screenshots_of_the_index_and_bcd_rollout(crawl, chromium):
             assert dest.stat().st_size > 20_000, f"{dest} looks blank"
     finally:
         browser.close()
+
+
+def readme_install() -> list[str]:
+    """The commands of README's "Install" console block that build and install the collection."""
+    text = (ROOT / "README.md").read_text().split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```console\n(.*?)```", text, re.S).group(1)
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    return [c for c in commands if c.startswith(("make build", "ansible-galaxy collection install"))]
+
+
+def test_module_and_role_pages_install_as_the_readme_does(site):
+    """The collection is not on Galaxy: each module's and role's note gives README's one install
+    path (the tarball `make build` writes) and links to that section, not antsibull-docs'
+    default `ansible-galaxy collection install bcd.kubernetes` and Galaxy page
+    (docs/site/antsibull-docs.cfg)."""
+    command = " && ".join(readme_install())
+    assert command == "make build && ansible-galaxy collection install out/bcd-kubernetes-*.tar.gz", command
+    pages = sorted(site.glob("*_module.html")) + sorted(site.glob("*_role.html"))
+    assert len(pages) > len(MODULES)
+    for page in pages:
+        text = page.read_text()
+        notes = [" ".join(html.unescape(re.sub(r"<[^>]+>", "", m)).split())
+                 for m in re.findall(r"To install it,? use: (.*?)</p>", text, re.S)]
+        redirect = "This redirect is part of" in text  # a renamed module's page has no install note
+        assert notes == ([] if redirect else [f"{command}."]), f"{page.name}: {notes}"
+        assert 'href="guides/install.html">bcd.kubernetes collection</a>' in text, page.name
+    assert (site / "guides" / "install.html").is_file()
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert "galaxy.ansible.com" not in text and "collection install bcd.kubernetes" not in text, page.name

@@ -1,6 +1,7 @@
 """The collection as a user installs it: built, installed into a fresh collections path, and
 called by FQCN from a user's own playbook in a directory outside the repository, with no
-ansible.cfg of ours, against the sandbox.
+ansible.cfg of ours, against the sandbox; each of its playbooks run by FQCN the same way; and
+README's ansible.cfg lines, which enable its callbacks.
 
 The user's inventory is README's "Using it on your cluster" example, copied verbatim from
 README.md (its placeholders get the sandbox's values from a host_vars file beside it, which
@@ -9,6 +10,7 @@ inventory precedence puts above the hosts file).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -38,6 +40,15 @@ def readme_yaml(section: str) -> str:
     text = readme.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```yaml\n(.*?)```", text, re.S)
     assert block, f"README's {section!r} has no yaml block"
+    return block.group(1)
+
+
+def readme_block(section: str, lang: str) -> str:
+    """The first ``lang`` block of README's section ``section``, as it is written there."""
+    readme = (ROOT / "README.md").read_text()
+    text = readme.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(rf"```{lang}\n(.*?)```", text, re.S)
+    assert block, f"README's {section!r} has no {lang} block"
     return block.group(1)
 
 
@@ -83,10 +94,10 @@ def installed(tmp_path_factory) -> Path:
     return dest
 
 
-def user_project(sandbox, tmp_path, play: str) -> tuple[Path, Path, str]:
+def user_project(sandbox, tmp_path, play: str | None) -> tuple[Path, Path, str]:
     """A user's project folder: README's inventory with the sandbox's values in place of its
-    placeholders (the same lookups as inventories/sandbox), and ``play`` as site.yml; returns the
-    folder, the inventory and README's one cluster host."""
+    placeholders (the same lookups as inventories/sandbox), and ``play`` (when given) as site.yml;
+    returns the folder, the inventory and README's one cluster host."""
     user = tmp_path / "my-ansible"
     inventory = user / "inventory"
     (inventory / "host_vars").mkdir(parents=True)
@@ -97,7 +108,8 @@ def user_project(sandbox, tmp_path, play: str) -> tuple[Path, Path, str]:
     sandbox_vars = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
     sandbox_vars["sandbox_dir"] = str(sandbox.dir)
     (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(sandbox_vars))
-    (user / "site.yml").write_text(play)
+    if play is not None:
+        (user / "site.yml").write_text(play)
     return user, inventory, host
 
 
@@ -194,3 +206,95 @@ def test_a_users_play_without_module_defaults_runs_our_roles(sandbox, installed,
     assert re.search(rf"user play: \d+ of {n} selected Nodes report", out), out[-3000:]
     key = yaml.safe_load((sandbox.dir / "control-plane.yml").read_text())["bcd_api_key"]
     assert key not in out
+
+
+# the start of the warning the playbooks that mint a token or take the lock print without the
+# callback (roles/bcd_daemonset/tasks/left_behind.yml), and the ansible.cfg line it gives
+NO_LEFT_BEHIND = "[WARNING]: callback bcd.kubernetes.left_behind is not enabled"
+CFG_LINE = "callbacks_enabled = bcd.kubernetes.left_behind"
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("unadopted")
+def test_every_playbook_runs_by_fqcn_from_the_installed_collection(sandbox, cp, cpvars, installed, tmp_path):
+    """``ansible-playbook bcd.kubernetes.<name>`` from a user's folder outside the repository, with
+    README's inventory (no ansible_connection in it) and no ansible.cfg: every playbook runs on the
+    controller (no SSH to the cluster host), from the installed collection. With no callback
+    configured, those that mint a token or take the lock warn once, giving the ansible.cfg line;
+    the others do not. Ends released (the fixtures adopt again)."""
+    user, inventory, host = user_project(sandbox, tmp_path, None)
+    assert not user.resolve().is_relative_to(ROOT) and not (user / "ansible.cfg").exists()
+    env = user_env(installed, tmp_path / "ansible-home")
+    key = cpvars["bcd_api_key"]
+    n = len(gpu_nodes(sandbox))
+
+    def run(name: str, *args: str, warns: bool) -> str:
+        cmd = [str(VENV_BIN / "ansible-playbook"), f"bcd.kubernetes.{name}", "-i", str(inventory), *args]
+        done = subprocess.run(cmd, cwd=user, env=env, capture_output=True, text=True, timeout=600, check=False)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, f"{name}: {out[-5000:]}"
+        assert recap(done.stdout)[host]["unreachable"] == 0 and "UNREACHABLE" not in out, f"{name}: {out[-3000:]}"
+        assert out.count(NO_LEFT_BEHIND) == (1 if warns else 0), f"{name}: {out[-5000:]}"
+        if warns:
+            assert CFG_LINE in out and "ANSIBLE_CALLBACKS_ENABLED=bcd.kubernetes.left_behind" in out
+        assert key not in out
+        return " ".join(out.split())
+
+    run("adopt_cluster", warns=True)
+    nodes = {node["hostname"]: node for node in cp.list_nodes(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
+    assert all(nodes.get(name, {}).get("state") in ("adopting", "ready") for name in gpu_nodes(sandbox)), nodes
+    image = yaml.safe_load((inventory / "host_vars" / f"{host}.yml").read_text())["bcd_image"]
+    assert "and healthy: nothing to do" in run("rollout", "-e", f"bcd_image={image}", warns=True)
+    assert "nothing to do" in run("add_nodes", warns=True)
+    run("gpu_stack", warns=False)
+    run("audit", "-e", "bcd_report_out=audit.json", warns=False)
+    assert json.loads((user / "audit.json").read_text())["passed"] is True
+    run("doctor", warns=False)
+    run("render", "-e", "bcd_render_out=bcd.json", warns=False)
+    assert {i["kind"] for i in json.loads((user / "bcd.json").read_text())["items"]} >= {"Namespace", "DaemonSet"}
+    out = run("release_cluster", "-e", f"bcd_release_confirm={host}", warns=True)
+    assert f"Cluster {host} is released" in out and f"{n} node(s) removed" in out, out[-3000:]
+
+
+FIRST_STEP = """
+- name: The first step of the playbooks that mint a token or take the lock, alone
+  hosts: localhost
+  gather_facts: false
+  connection: local
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: Warn when the callback that cleans up after an interrupted run is not enabled
+      ansible.builtin.include_role:
+        name: bcd.kubernetes.bcd_daemonset
+        tasks_from: left_behind
+"""
+
+
+def test_the_readme_ansible_cfg_enables_the_collections_callbacks(installed, tmp_path):
+    """Without an ansible.cfg the installed collection warns that left_behind is off, once, with
+    the lines to add; with README's ansible.cfg lines, as written, both callbacks load from the
+    installed collection and nothing warns."""
+    user = tmp_path / "my-ansible"
+    user.mkdir()
+    (user / "site.yml").write_text(FIRST_STEP)
+    env = user_env(installed, tmp_path / "ansible-home")
+
+    def run(*cmd: str) -> str:
+        done = subprocess.run([str(VENV_BIN / cmd[0]), *cmd[1:]], cwd=user, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    bare = run("ansible-playbook", "-i", "localhost,", "site.yml")
+    assert bare.count(NO_LEFT_BEHIND) == 1 and f"  [defaults]\n  {CFG_LINE}\n" in bare, bare
+
+    (user / "ansible.cfg").write_text(readme_block("Install", "ini"))
+    config = run("ansible-config", "dump", "--only-changed")
+    assert re.search(r"^CALLBACKS_ENABLED\(.*\) = \['bcd.kubernetes.left_behind'\]$", config, re.M), config
+    assert re.search(r"^DEFAULT_STDOUT_CALLBACK\(.*\) = bcd.kubernetes.concise$", config, re.M), config
+    configured = run("ansible-playbook", "-i", "localhost,", "site.yml")
+    # no warning: neither ours nor one of a callback that failed to load; the concise callback
+    # drops the "included:" line the default callback prints
+    assert "[WARNING]" not in configured and "skipping: [localhost]" in configured, configured
+    assert "included:" in bare and "included:" not in configured, configured
