@@ -1,0 +1,96 @@
+"""rollout.yml with down nodes, against the sandbox: a NotReady Node is left behind (named, not
+rolled, not waited for) within bcd_rollout_max_down, and more down Nodes than that refuse the
+rollout before any change. Each starts from the cluster adopted on the inventory's digest (3 GPU
+nodes by default), holds Nodes NotReady (``sandbox.set_node_not_ready``) and releases them
+whatever happens.
+
+The sandbox is kinder than a real cluster here: its simulated kubelet (KWOK) deletes a pod on a
+NotReady Node at once, and runs a new one there, where a real Node whose kubelet stopped keeps the
+pod Terminating until it is back. So once the stages passed and the render's RollingUpdate is
+applied, the DaemonSet controller gives the held Node the new pod at once here; these tests
+check what the rollout itself does (which stage rolled what, what the report says), not that.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import daemonset, image, pods, ready, run_playbook
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
+
+REPO = "registry.example.com/better-compute/bcd"
+NEXT = (f"{REPO}:0.7.0@sha256:{'a7' * 32}", f"{REPO}:0.7.1@sha256:{'b7' * 32}")
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def rollout(tmp_path, name: str, *args: str):
+    report = tmp_path / f"{name}.json"
+    run = run_playbook("rollout.yml", "-e", f"bcd_report_out={report}", *args)
+    return run, (json.loads(report.read_text()) if report.exists() else {})
+
+
+def next_image(sandbox) -> str:
+    now = image(daemonset(sandbox)["spec"]["template"])
+    return next(i for i in NEXT if i != now)
+
+
+def test_a_notready_node_is_left_behind_and_the_next_run_rolls_it(sandbox, tmp_path):
+    nodes = sandbox.gpu_node_names()
+    down = nodes[1]
+    new = next_image(sandbox)
+    sandbox.set_node_not_ready(down)
+    try:
+        run, summary = rollout(tmp_path, "down", "-e", f"bcd_image={new}")
+        out = _flat(run.stdout + run.stderr)
+        assert run.returncode == 0, out[-4000:]
+        assert summary["result"] == "succeeded", summary["headline"]
+        assert summary["left_behind"] == [{"node": down, "why": summary["left_behind"][0]["why"]}], summary["left_behind"]
+        assert summary["left_behind"][0]["why"].startswith("the Node is NotReady (KubeletNotReady: container runtime is down")
+        assert f"1 down node(s) left behind ({down})" in summary["headline"]
+        rolled = [n for s in summary["stages"] for n in s["nodes"]]
+        assert sorted(rolled) == sorted(n for n in nodes if n != down), summary["stages"]
+        row = next(r for r in summary["nodes"] if r["name"] == down)
+        assert row["outcome"].startswith("left behind: the Node is NotReady (KubeletNotReady"), row
+        assert row["stage"] is None and row["pod"] in ("unknown (Node NotReady)", "none"), row
+        assert f"{down} " in out and "left behind: the Node is NotReady" in out  # the printed table
+        running = pods(sandbox)
+        for node in nodes:
+            if node != down:
+                assert image(running[node]) == new and ready(running[node]), node
+    finally:
+        sandbox.release_node(down)
+
+    again, summary = rollout(tmp_path, "again", "-e", f"bcd_image={new}")
+    assert again.returncode == 0, again.stdout[-4000:]
+    running = pods(sandbox)
+    assert {n: (image(p), ready(p)) for n, p in running.items()} == {n: (new, True) for n in nodes}, summary.get("headline")
+
+
+def test_more_nodes_down_than_bcd_rollout_max_down_refuse_before_any_change(sandbox, tmp_path):
+    nodes = sandbox.gpu_node_names()
+    held = nodes[:2]  # 2 of 3: bcd_rollout_max_down 10% allows 1
+    before = daemonset(sandbox)
+    uids = {n: p["metadata"]["uid"] for n, p in pods(sandbox).items()}
+    for name in held:
+        sandbox.set_node_not_ready(name)
+    try:
+        run, summary = rollout(tmp_path, "refused", "-e", f"bcd_image={next_image(sandbox)}")
+    finally:
+        for name in held:
+            sandbox.release_node(name)
+    out = _flat(run.stdout + run.stderr)
+    assert run.returncode != 0, out[-4000:]
+    assert (f"2 of {len(nodes)} selected node(s) are down, more than bcd_rollout_max_down 10% allows (1)") in out, out[-4000:]
+    for name in held:
+        assert f"{name}: the Node is NotReady (KubeletNotReady" in out
+    assert "Nothing was changed" in out and "raise bcd_rollout_max_down" in out
+    after = daemonset(sandbox)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"], "the DaemonSet is unchanged"
+    assert image(after["spec"]["template"]) == image(before["spec"]["template"])
+    assert {n: p["metadata"]["uid"] for n, p in pods(sandbox).items()} == uids, "no pod was replaced"
