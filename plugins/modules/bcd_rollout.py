@@ -44,7 +44,7 @@ description:
     Node it is a warning.
   - A selected Node that is down - NotReady (its Ready condition not C(True)), cordoned (C(spec.unschedulable)) or
     tainted C(node.kubernetes.io/unreachable) - is left behind - no stage rolls it or waits for it - and the plan
-    and the report name it, why and what happens to it (RV(summary.left_behind)). More down Nodes than
+    and the report name it, why and what happens to it (C(left_behind) in RV(summary)). More down Nodes than
     C(bcd_rollout_max_down) (a count or a percentage of the selected Nodes rounded up; default 10%) refuse the
     rollout before any change, naming them and the variable, unless C(bcd_rollout_force) (the down Nodes are
     still left behind). Before this, any NotReady Node refused the rollout.
@@ -54,11 +54,11 @@ description:
     C(maxUnavailable). A Node left behind that is back by a later stage rolls there.
   - A rolled Node that goes down (NotReady, cordoned, gone) while a gate runs is left out of every later
     judgement, with a progress line, rather than waited out - its row says C(rolled, not verified) and
-    RV(summary.not_verified) names it. A rollback neither replaces nor waits for a down Node's pod. The gate's
+    C(not_verified) in RV(summary) names it. A rollback neither replaces nor waits for a down Node's pod. The gate's
     wake-up counts (C(numberReady)) leave the down Nodes out. The POD column of a Node that is not Ready says
     C(unknown (Node NotReady)).
   - A Node that joins the cluster during C(state=run) (its first pod has the new template, the DaemonSet being
-    C(OnDelete)) is named in a note and RV(summary.joined), and not gated (its bcd needs a join token -
+    C(OnDelete)) is named in a note and C(joined) in RV(summary), and not gated (its bcd needs a join token -
     add-nodes.yml joins it).
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete) (or applies it, with O(apply)). It waits
     for the DaemonSet controller to see it, then replaces the pods not on the newest revision one stage
