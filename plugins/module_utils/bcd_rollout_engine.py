@@ -903,7 +903,10 @@ class Rollout:
                 stages_out.append(record)
                 self.events_since = _rfc3339()
                 candidates = [n for n in pool if n not in self.down]
-                if stage["name"] == "canary" or down_now:
+                planned, size = size, min(size, len(candidates))  # fewer when nodes are down or rolled already
+                if not size:
+                    members, short_by = [], None
+                elif stage["name"] == "canary" or down_now:
                     # by name, the plan's next nodes that are up: the canary's few pods, or a batch's
                     # while a node is down (the controller's RollingUpdate would delete the down
                     # node's unavailable pod first and count the down nodes against maxUnavailable).
@@ -918,15 +921,17 @@ class Rollout:
                 record["nodes"] = members
                 if not members and not short_by:
                     record.update(outcome="skipped", seconds=0.0)
-                    self.notes.append(f"stage {stage['name']}: skipped, every node left to roll is down: "
-                                      + ", ".join(n for n in pool if n in self.down))
+                    self.notes.append(f"stage {stage['name']}: skipped, " + (
+                        "every node left to roll is down: " + ", ".join(pool) if pool
+                        else "no node left to roll (an earlier stage rolled more than planned)"))
                     i += 1
                     continue
-                if len(members) != size:
-                    record["planned_size"] = size
-                    self.notes.append(f"stage {stage['name']}: {len(members)} node(s) rolled, {size} planned"
+                if len(members) != planned:
+                    record["planned_size"] = planned
+                    self.notes.append(f"stage {stage['name']}: {len(members)} node(s) rolled, {planned} planned"
                                       + (" (the DaemonSet controller replaced the extra ones; the next stage counts them)"
-                                         if len(members) > size else " (the others are down)"))
+                                         if len(members) > planned else
+                                         " (the others are down)" if any(n in self.down for n in pool) else ""))
                 for node in members:
                     stage_of[node] = stage["name"]
                 rolled += members

@@ -66,7 +66,8 @@ options:
   left_behind:
     description:
       - Nodes a staged rollout left behind because they are down (NotReady, cordoned, unreachable; rollout.yml's
-        C(bcd_rollout_max_down)), or rolled without verifying because they went down. The wait is done once every
+        C(bcd_rollout_max_down)), rolled without verifying because they went down, or that joined the cluster
+        while it rolled (their bcd needs a join token - add-nodes.yml's). The wait is done once every
         other pod is updated and available (C(desiredNumberScheduled) less these); their pods are neither waited for
         nor named (a down Node's kubelet cannot replace or run its pod).
     type: list
