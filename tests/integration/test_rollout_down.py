@@ -90,6 +90,8 @@ def test_more_nodes_down_than_bcd_rollout_max_down_refuse_before_any_change(sand
     for name in held:
         assert f"{name}: the Node is NotReady (KubeletNotReady" in out
     assert "Nothing was changed" in out and "raise bcd_rollout_max_down" in out
+    assert summary["result"] == "refused" and summary["changed"] is False, summary.get("headline")
+    assert sorted(d["node"] for d in summary["down"]) == held, summary["down"]
     after = daemonset(sandbox)
     assert after["metadata"]["generation"] == before["metadata"]["generation"], "the DaemonSet is unchanged"
     assert image(after["spec"]["template"]) == image(before["spec"]["template"])
