@@ -40,7 +40,7 @@ def next_image(sandbox) -> str:
     return next(i for i in NEXT if i != now)
 
 
-def test_a_notready_node_is_left_behind_and_the_next_run_rolls_it(sandbox, tmp_path):
+def test_a_notready_node_is_left_behind_and_on_the_new_digest_after_the_next_run(sandbox, tmp_path):
     nodes = sandbox.gpu_node_names()
     down = nodes[1]
     new = next_image(sandbox)
@@ -66,6 +66,8 @@ def test_a_notready_node_is_left_behind_and_the_next_run_rolls_it(sandbox, tmp_p
     finally:
         sandbox.release_node(down)
 
+    # back: the DaemonSet controller gives it the new pod (the render's RollingUpdate; here at once,
+    # see above), and the next run finds the whole fleet on the new digest
     again, summary = rollout(tmp_path, "again", "-e", f"bcd_image={new}")
     assert again.returncode == 0, again.stdout[-4000:]
     running = pods(sandbox)
