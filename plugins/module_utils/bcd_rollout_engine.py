@@ -684,7 +684,7 @@ class Rollout:
 
     def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
         """The DaemonSet as its watch last saw it (else one GET): whether its controller counts
-        every pod Ready but those of the down Nodes (``down``, ``went_down``) and at least
+        every pod Ready but those of the down and joined Nodes (``down``, ``went_down``, ``joined``) and at least
         ``expect_updated`` pods on the newest template, and the DaemonSet's resourceVersion (a
         status update changes it)."""
         if self.follow_ds is not None:
@@ -695,8 +695,9 @@ class Rollout:
         if ds is None:
             return True, "gone"  # the full check says so
         st = ds.get("status") or {}
-        # a down Node's pod is not Ready, or not for long: the controller counts it desired all the same
-        desired = int(st.get("desiredNumberScheduled") or 0) - len(set(self.down) | set(self.went_down))
+        # a down Node's pod is not Ready, or not for long, nor a joined Node's (no join token): the
+        # controller counts them desired all the same
+        desired = int(st.get("desiredNumberScheduled") or 0) - len(set(self.down) | set(self.went_down) | set(self.joined))
         ok = (generation_seen(ds)
               and int(st.get("numberReady") or 0) >= desired
               and (expect_updated is None or int(st.get("updatedNumberScheduled") or 0) >= expect_updated))
@@ -906,10 +907,11 @@ class Rollout:
                 planned, size = size, min(size, len(candidates))  # fewer when nodes are down or rolled already
                 if not size:
                     members, short_by = [], None
-                elif stage["name"] == "canary" or down_now:
+                elif stage["name"] == "canary" or down_now or self.joined:
                     # by name, the plan's next nodes that are up: the canary's few pods, or a batch's
-                    # while a node is down (the controller's RollingUpdate would delete the down
-                    # node's unavailable pod first and count the down nodes against maxUnavailable).
+                    # while a node is down or joined (the controller's RollingUpdate would delete the
+                    # down node's unavailable pod first, and count the down nodes and a joined node
+                    # whose bcd cannot join without a token against maxUnavailable).
                     # Each DELETE names the pod's uid, so a pod replaced since is never deleted.
                     members, short_by = candidates[:size], None
                     self.delete_pods([p for n in members if (p := self.listed.get(n)) is not None
@@ -1071,13 +1073,17 @@ class Rollout:
             now_nodes = self.selected()
             self.down = {n: why for n in sorted(now_nodes, key=natural)
                          if n not in self.went_down and (why := node_down(now_nodes[n]))}
-            skip = set(self.down) | set(self.went_down)
+            # nor a joined Node's (its bcd cannot join without a token: add-nodes.yml's)
+            skip = set(self.down) | set(self.went_down) | set(self.joined)
             stale = {node: pod for node, pod in self.pods(ds).items() if pod_revision(pod) != revision and node not in skip}
             self.events_since = _rfc3339()
             self.delete_pods(list(stale.values()))
             replaced = list(stale)
             out["nodes"] = sorted((set(replaced) | set(rolled)) - skip, key=natural)
-            left = sorted(n for n in skip if n in rolled)
+            left = sorted((n for n in skip if n in rolled), key=natural)
+            if set(self.joined) & set(self.pods(ds)):
+                self.notes.append(f"rollback: the Node(s) that joined during the rollout keep their pod until the previous "
+                                  f"render's update strategy replaces it: {', '.join(sorted(self.joined, key=natural))}")
             if left:
                 out["left"] = left
                 self.notes.append(f"rollback: not rolled back, the Node being down: {', '.join(left)} (its pod keeps the "

@@ -59,7 +59,8 @@ description:
     C(unknown (Node NotReady)).
   - A Node that joins the cluster during C(state=run) (its first pod has the new template, the DaemonSet being
     C(OnDelete)) is named in a note and C(joined) in RV(summary), and not gated (its bcd needs a join token -
-    add-nodes.yml joins it).
+    add-nodes.yml joins it); later stages then delete their pods by name too (its pod, not Ready, would count
+    against C(maxUnavailable)), and a rollback leaves its pod as it is.
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete) (or applies it, with O(apply)). It waits
     for the DaemonSet controller to see it, then replaces the pods not on the newest revision one stage
     at a time - C(bcd_rollout_canary) nodes first, then batches of C(bcd_rollout_max_unavailable) (a count

@@ -1,8 +1,8 @@
 """rollout.yml with down nodes, against the sandbox: a NotReady Node is left behind (named, not
-rolled, not waited for) within bcd_rollout_max_down, and more down Nodes than that refuse the
-rollout before any change. Each starts from the cluster adopted on the inventory's digest (3 GPU
-nodes by default), holds Nodes NotReady (``sandbox.set_node_not_ready``) and releases them
-whatever happens.
+rolled, not waited for) within bcd_rollout_max_down, more down Nodes than that refuse the
+rollout before any change, and a Node that joins meanwhile is named. Each starts from the
+cluster adopted on the inventory's digest (3 GPU nodes by default), holds Nodes NotReady
+(``sandbox.set_node_not_ready``) and releases them whatever happens.
 
 The sandbox is kinder than a real cluster here: its simulated kubelet (KWOK) deletes a pod on a
 NotReady Node at once, and runs a new one there, where a real Node whose kubelet stopped keeps the
@@ -14,6 +14,8 @@ check what the rollout itself does (which stage rolled what, what the report say
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -98,3 +100,37 @@ def test_more_nodes_down_than_bcd_rollout_max_down_refuse_before_any_change(sand
     assert after["metadata"]["generation"] == before["metadata"]["generation"], "the DaemonSet is unchanged"
     assert image(after["spec"]["template"]) == image(before["spec"]["template"])
     assert {n: p["metadata"]["uid"] for n, p in pods(sandbox).items()} == uids, "no pod was replaced"
+
+
+def test_a_node_that_joins_during_the_rollout_is_named_not_waited_for(sandbox, tmp_path):
+    """A GPU Node added once the canary's new pod exists gets a pod of the new template at once
+    (the DaemonSet is OnDelete while it rolls); its bcd has no join token (add-nodes.yml's), so the
+    run names it rather than gating it, and neither the gates nor the DaemonSet wait wait for it.
+    The sandbox's baseline deletes the added Node before the next test."""
+    new = next_image(sandbox)
+    added: list[str] = []
+    stop = threading.Event()
+
+    def add_once_the_canary_rolls():
+        while not stop.is_set():
+            if any(image(p) == new for p in pods(sandbox).values()):
+                added.extend(sandbox.add_nodes(1))
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=add_once_the_canary_rolls, daemon=True)
+    watcher.start()
+    try:
+        # a longer soak: the Node is Ready within seconds, and the run must still be rolling then
+        run, summary = rollout(tmp_path, "joined", "-e", f"bcd_image={new}", "-e", "bcd_rollout_soak=15")
+    finally:
+        stop.set()
+        watcher.join(60)
+    out = _flat(run.stdout + run.stderr)
+    assert added, "no Node was added"
+    assert run.returncode == 0, out[-4000:]
+    assert summary["joined"] == added, (summary["joined"], summary["notes"])
+    row = next(r for r in summary["nodes"] if r["name"] == added[0])
+    assert row["outcome"].startswith("joined during the rollout") and row["stage"] is None, row
+    assert f"{added[0]} joined the cluster" in out and "add-nodes.yml joins it" in out, out[-4000:]
+    assert f"1 node(s) joined during the rollout ({added[0]})" in summary["headline"]
