@@ -459,7 +459,8 @@ class Rollout:
             cp_node = cpn.get(name) or {}
             why = next((u["why"] for u in unhealthy if u["node"] == name), None)
             if name in down:
-                outcome = left_behind(down[name])
+                # nothing rolls without changes: the Node is only not judged
+                outcome = left_behind(down[name]) if self.p.get("changes", True) else f"down, not judged: {down[name]}"
             else:
                 outcome = f"unhealthy: {why}" if why else ("will roll" if name in rolling else "up to date")
             rows.append({"name": name, "stage": named.get(name), "from": short(container_image(pod)) if pod else None,
