@@ -337,10 +337,13 @@ def slim_pod(pod: dict) -> dict:
 
 
 def slim_node(node: dict) -> dict:
-    """The name, labels, conditions and allocatable resources of a Node (what selection,
-    :func:`node_ready` and the capacity check read)."""
+    """The name, labels, conditions and allocatable resources of a Node, and whether it is
+    cordoned (``spec.unschedulable``) and its taints (what selection, :func:`node_ready`, the
+    capacity check and the rollout's down nodes read)."""
     status = node.get("status") or {}
+    spec = node.get("spec") or {}
     return {"metadata": _pick(node.get("metadata"), ("name", "labels", "uid")),
+            "spec": {"unschedulable": bool(spec.get("unschedulable")), "taints": spec.get("taints") or []},
             "status": {"conditions": status.get("conditions") or [], "allocatable": status.get("allocatable") or {}}}
 
 

@@ -556,6 +556,9 @@ class Inventory(BaseModel):
     # rollout.yml (issue: scheduled rollouts).
     bcd_rollout_canary: int = Field(default=1, ge=0, le=10000)
     bcd_rollout_max_unavailable: int | str = 1
+    # How many selected Nodes may be down (NotReady, cordoned, unreachable) for a rollout to start,
+    # a count or a percentage rounded up; down Nodes are left behind, not rolled.
+    bcd_rollout_max_down: int | str = "10%"
     bcd_rollout_rollback: bool = True
     # Start even though nodes are unhealthy or the previous rollout is incomplete (to recover).
     bcd_rollout_force: bool = False
@@ -817,6 +820,22 @@ class Inventory(BaseModel):
         if isinstance(v, str) and re.fullmatch(r"[0-9]{1,3}%", v) and 1 <= int(v[:-1]) <= 100:
             return v
         raise ValueError(f"{_show(v)} must be a count (1 or more) or a percentage from 1% to 100%")
+
+    @field_validator("bcd_rollout_max_down", mode="before")
+    @classmethod
+    def _max_down(cls, v: Any) -> int | str:
+        if isinstance(v, bool):
+            raise ValueError("must be a count (0 or more) or a percentage of the selected nodes such as 10%")
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v.strip())
+        if isinstance(v, int):
+            if v < 0:
+                raise ValueError(f"{v} must be 0 or more (0: any down node refuses the rollout)")
+            return v
+        if isinstance(v, str) and re.fullmatch(r"[0-9]{1,3}%", v) and int(v[:-1]) <= 100:
+            return v
+        raise ValueError(f"{_show(v)} must be a count (0 or more) or a percentage of the selected nodes from 0% to "
+                         "100%, such as 10%")
 
     @field_validator("bcd_rollout_cluster_waves", mode="before")
     @classmethod

@@ -25,7 +25,9 @@ import math
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_health import pod_failure
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     join_failure,
+    node_ready,
     path,
+    pod_ready,
     pod_state,
     selector,
     slim_pod,
@@ -274,6 +276,83 @@ def failing(cp_node: dict | None) -> dict[str, str]:
         if bad:
             out[ctype] = ": ".join(str(x) for x in (c.get("reason"), c.get("message")) if x) or status
     return out
+
+
+# --- down nodes --------------------------------------------------------------------------------
+
+# The taint the node lifecycle controller sets on a Node whose kubelet stopped reporting.
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+def node_down(node: dict | None) -> str | None:
+    """Why a selected Node is down - no rollout stage rolls it or waits for it - or None.
+
+    ``node``: a Node as the API returns it (or :func:`bcd_kube.slim_node`'s), None when it is
+    gone. Down is: gone, NotReady (its Ready condition not "True"; the reason and message
+    quoted), cordoned (``spec.unschedulable``) or tainted ``node.kubernetes.io/unreachable``.
+    Returns a phrase such as ``"the Node is NotReady (KubeletNotReady: runtime is down)"``."""
+    if node is None:
+        return "the Node is gone (or no longer matches bcd_node_selector)"
+    if not node_ready(node):
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+        detail = ": ".join(str(x) for x in (ready.get("reason"), ready.get("message")) if x)
+        return f"the Node is NotReady ({detail})" if detail else "the Node is NotReady (no Ready condition)"
+    spec = node.get("spec") or {}
+    if any(t.get("key") == UNREACHABLE_TAINT for t in spec.get("taints") or []):
+        return f"the Node is tainted {UNREACHABLE_TAINT} (its kubelet stopped reporting)"
+    if spec.get("unschedulable"):
+        return "the Node is cordoned (spec.unschedulable)"
+    return None
+
+
+def down_budget(max_down: int | str, total: int) -> int:
+    """How many of ``total`` selected Nodes may be down for a rollout to start: ``max_down`` a
+    count, or a percentage of ``total`` rounded up (as bcd_rollout_max_unavailable); 0 or more."""
+    if isinstance(max_down, str) and max_down.endswith("%"):
+        return math.ceil(total * int(max_down[:-1]) / 100)
+    return max(0, int(max_down))
+
+
+def over_budget(down: dict[str, str], max_down: int | str, total: int) -> str | None:
+    """The refusal of a rollout with more down Nodes than bcd_rollout_max_down allows, naming each
+    and why (``down``: Node -> :func:`node_down`'s phrase; ``total``: the selected Nodes), or None."""
+    allowed = down_budget(max_down, total)
+    if len(down) <= allowed:
+        return None
+    names = "; ".join(f"{n}: {why}" for n, why in down.items())
+    return (f"{len(down)} of {total} selected node(s) are down, more than bcd_rollout_max_down {max_down} allows "
+            f"({allowed}): {names}")
+
+
+def left_behind(why: str) -> str:
+    """A down Node's outcome in the plan and the report: why, and what happens to it. No stage
+    rolls it or waits for it; the render's own update strategy (RollingUpdate, applied once the
+    stages passed) has the DaemonSet controller replace its pod when its kubelet can - at once on a
+    cordoned Node, once a NotReady one is back - without a gate; the next run judges it."""
+    return (f"left behind: {why}; no stage rolls it or waits for it: the DaemonSet controller replaces its pod when "
+            "its kubelet can (the render's RollingUpdate, without a gate: a NotReady Node once it is back), and the next "
+            "rollout.yml or audit.yml run checks it")
+
+
+def pod_column(pod: dict | None, node: dict | None = None) -> str:
+    """The report's POD column: ``none`` without a pod, ``unknown (Node NotReady)`` when the Node
+    (given, as the API returns it) is not Ready - its pod's Ready condition is stale then, the
+    kubelet that would update it being down - else ``Ready`` or ``NotReady``."""
+    if pod is None:
+        return "none"
+    if node is not None and not node_ready(node):
+        return "unknown (Node NotReady)"
+    return "Ready" if pod_ready(pod) else "NotReady"
+
+
+def went(why: str) -> str:
+    """:func:`node_down`'s phrase for a Node that went down while its stage ran: "the Node is
+    NotReady (...)" -> "the Node went NotReady (...)"."""
+    for now, then in (("the Node is NotReady", "the Node went NotReady"), ("the Node is cordoned", "the Node was cordoned"),
+                      ("the Node is tainted", "the Node was tainted"), ("the Node is gone", "the Node went away")):
+        if why.startswith(now):
+            return then + why[len(now):]
+    return why
 
 
 # --- the plan ---------------------------------------------------------------------------------

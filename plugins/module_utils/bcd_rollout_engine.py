@@ -25,7 +25,6 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import (
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import (
     KubeError,
-    node_ready,
     path,
     pod_ready,
     pod_state,
@@ -48,19 +47,26 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     ON_DELETE,
     applied_config,
+    batch_size,
     container_image,
     digest,
+    down_budget,
     failing,
     fatal,
     generation_seen,
+    left_behind,
     newest_revision,
+    node_down,
+    over_budget,
     plan,
+    pod_column,
     pod_revision,
     pods_by_node,
     revision_hash,
     rolled_out,
     short,
     table,
+    went,
     with_strategy,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_watch import Follow, wait_for_change
@@ -164,6 +170,15 @@ class Rollout:
         self.events_since: str | None = None  # when the stage (or the rollback) began: older events are stale
         self.standing = Standing()
         self.selected_count: int | None = None
+        # state=run: the selected Nodes down at the latest stage's start (Node -> why), those left
+        # behind at the end, those that went down while their stage ran (Node -> the report's
+        # words), those that joined the cluster meanwhile (Node -> the stage they joined in)
+        self.down: dict[str, str] = {}
+        self.left: dict[str, str] = {}
+        self.went_down: dict[str, str] = {}
+        self.joined: dict[str, str | None] = {}
+        self.stage_name = ""
+        self.ready_before: set[str] = set()  # the Nodes whose pod was Ready when state=run began
         self.passed_at: float | None = None  # when the last stage's gate passed (its pods all Ready)
         # kind -> resourceVersion of the DaemonSet and ConfigMap the fleet read read (returned as versions)
         self.versions: dict[str, str | None] = {}
@@ -318,10 +333,12 @@ class Rollout:
         losing = sorted((n for n in pods if n not in nodes), key=natural)
         cpn = self.cp_nodes(nodes)
         unhealthy, incomplete = [], []
+        # down Nodes (NotReady, cordoned, unreachable) are left behind, within bcd_rollout_max_down:
+        # at 5,000 nodes some node is always down, and a stage could only wait it out
+        down = {n: why for n in sorted(nodes, key=natural) if (why := node_down(nodes[n]))}
         for name in sorted(nodes, key=natural):
             pod = pods.get(name)
-            if not node_ready(nodes[name]):
-                unhealthy.append({"node": name, "why": "the Node is NotReady"})
+            if name in down:
                 continue
             why = self.problem(name, pod, cpn.get(name), None, None)
             if why and name not in joining:
@@ -333,8 +350,11 @@ class Rollout:
         if not seen:
             incomplete.insert(0, {"node": "-", "why": "the DaemonSet controller has not seen the latest DaemonSet yet"})
         refuse = None
-        if unhealthy or incomplete:
+        too_many = over_budget(down, self.inv.bcd_rollout_max_down, len(nodes))
+        if unhealthy or incomplete or too_many:
             parts = []
+            if too_many:
+                parts.append(too_many)
             if incomplete:
                 parts.append("the previous rollout is incomplete: " + "; ".join(f"{i['node']}: {i['why']}" for i in incomplete))
             if unhealthy:
@@ -342,20 +362,32 @@ class Rollout:
                              + "; ".join(f"{u['node']}: {u['why']}" for u in unhealthy))
             refuse = ". ".join(parts)
             if self.inv.bcd_rollout_force:
-                self.notes.append("bcd_rollout_force: starting anyway; " + refuse)
+                self.notes.append("bcd_rollout_force: starting anyway; " + refuse
+                                  + (" (the down nodes are left behind all the same)" if too_many else ""))
                 refuse = None
             else:
-                refuse += (". Nothing was changed. Fix these (or finish or undo the previous rollout), or run again with "
-                           "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node).")
+                fix = []
+                if too_many:
+                    fix.append("bring the down nodes back (or uncordon them), or raise bcd_rollout_max_down")
+                if unhealthy or incomplete:
+                    fix.append("fix the unhealthy nodes (or finish or undo the previous rollout)")
+                refuse += (f". Nothing was changed. {'; '.join(fix).capitalize()}, or run again with "
+                           "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node; down nodes "
+                           "are left behind).")
+        if down:
+            self.notes.append(f"{len(down)} of {len(nodes)} selected node(s) down, left behind (bcd_rollout_max_down "
+                              f"{self.inv.bcd_rollout_max_down} allows {down_budget(self.inv.bcd_rollout_max_down, len(nodes))}): "
+                              + "; ".join(f"{n}: {why}" for n, why in down.items()))
         cm = self.kube.get(path("configmaps", self.inv.configmap_name, self.ns))
         self.versions["ConfigMap"] = resource_version(cm)
         previous = ([applied_config(cm)] if cm else []) + [applied_config(ds)]
         # only the selected Nodes roll: a pod on a Node the selector leaves is deleted, not rolled;
         # and only a new pod template replaces pods (a ConfigMap change alone replaces none)
         if self.p.get("changes", True) and self.p.get("template_changes", True):
-            to_roll = sorted((n for n in pods if n in nodes), key=natural)
+            to_roll = sorted((n for n in pods if n in nodes and n not in down), key=natural)
         else:
-            to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
+            to_roll = sorted((n for n, pod in pods.items() if n in nodes and n not in down
+                              and pod_revision(pod) != revision), key=natural)
         stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
         if refuse is None and stages and len(stages[0]["nodes"]) == len(to_roll):
             refuse = self.all_at_once(stages[0], len(to_roll), len(nodes))
@@ -364,7 +396,7 @@ class Rollout:
         sized = [{"name": s["name"], "size": len(s["nodes"]), **({"nodes": s["nodes"]} if s["name"] == "canary" else {})}
                  for s in stages]
         self.finish_status(ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, sized, previous, losing=losing,
-                           to_roll=[n for s in stages for n in s["nodes"]])
+                           to_roll=[n for s in stages for n in s["nodes"]], down=down)
 
     def all_at_once(self, first: dict, rolling: int, selected: int) -> str | None:
         """The refusal of a plan whose first stage rolls every node to roll (no canary left) on more
@@ -384,18 +416,20 @@ class Rollout:
         return None
 
     def finish_status(self, ds, pods, nodes, cpn, revision, refuse, unhealthy, incomplete, stages, previous=None,
-                      losing=None, to_roll=None) -> None:
+                      losing=None, to_roll=None, down=None) -> None:
         current = container_image(ds) if ds else None
         healthy = ds is not None and not unhealthy and not incomplete
         losing = list(losing or [])
         to_roll = list(to_roll or [])
+        down = dict(down or {})
         rolling = set(to_roll)
         named = {n: s["name"] for s in stages for n in s.get("nodes") or []}  # the canary's
-        stay = [n for n in nodes if n not in rolling]
+        stay = [n for n in nodes if n not in rolling and n not in down]
         if refuse:
             result, headline = "refused", f"rollout refused: {refuse}"
         elif not self.p.get("changes", True) and healthy:
-            result, headline = "unchanged", f"already on {current} and healthy: nothing to do"
+            result, headline = "unchanged", (f"already on {current} and healthy: nothing to do"
+                                             + (f" ({len(down)} node(s) down, not judged: {', '.join(down)})" if down else ""))
         elif not self.p.get("template_changes", True) and not to_roll:
             result = "planned"
             headline = (f"rollout on {short(current)}: the render changes the ConfigMap or the DaemonSet's own fields, the "
@@ -411,28 +445,35 @@ class Rollout:
             headline = (f"rollout {change(current, self.inv.bcd_image)}: {len(to_roll)} of {len(nodes)} selected node(s) "
                         f"roll in {len(stages)} stage(s)" + (f" ({per_stage})" if stages else "")
                         + f", {len(stay)} stay as they are"
+                        + (f", {len(down)} down left behind ({', '.join(down)})" if down else "")
                         + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
                            f"{', '.join(losing)}" if losing else ""))
         rows = []
         for name in losing:
             pod = pods.get(name)
             rows.append({"name": name, "stage": named.get(name), "from": short(container_image(pod)) if pod else None, "to": None,
-                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": None,
+                         "pod": pod_column(pod), "state": None,
                          "outcome": "loses bcd: not selected by bcd_node_selector, its pod is deleted"})
         for name in sorted(nodes, key=natural):
             pod = pods.get(name)
             cp_node = cpn.get(name) or {}
             why = next((u["why"] for u in unhealthy if u["node"] == name), None)
+            if name in down:
+                # nothing rolls without changes: the Node is only not judged
+                outcome = left_behind(down[name]) if self.p.get("changes", True) else f"down, not judged: {down[name]}"
+            else:
+                outcome = f"unhealthy: {why}" if why else ("will roll" if name in rolling else "up to date")
             rows.append({"name": name, "stage": named.get(name), "from": short(container_image(pod)) if pod else None,
                          "to": short(container_image(pod)) if pod else None,
-                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none", "state": cp_node.get("state"),
-                         "outcome": f"unhealthy: {why}" if why else ("will roll" if name in rolling else "up to date")})
+                         "pod": pod_column(pod, nodes.get(name)), "state": cp_node.get("state"), "outcome": outcome})
         rows.sort(key=lambda r: natural(r["name"]))
+        down_list = [{"node": n, "why": why} for n, why in down.items()]
         summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
-                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay, to_roll=to_roll)
+                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay, to_roll=to_roll,
+                               down=down_list)
         self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
                          plan=stages, to_roll=to_roll, healthy=healthy, revision=revision, image=current, selected=len(nodes),
-                         versions=self.versions, **self.lock_result)
+                         down=down_list, versions=self.versions, **self.lock_result)
 
     def summary(self, result, headline, from_image, stages, rows, **extra) -> dict:
         return {
@@ -445,6 +486,7 @@ class Rollout:
             "stages": stages, "nodes": rows, "failed_nodes": extra.pop("failed_nodes", []),
             "rollback": extra.pop("rollback", None), "notes": list(self.notes), "changed": self.did_change,
             "settings": {"canary": self.inv.bcd_rollout_canary, "max_unavailable": self.inv.bcd_rollout_max_unavailable,
+                         "max_down": self.inv.bcd_rollout_max_down,
                          "rollback": self.inv.bcd_rollout_rollback, "gate_timeout": self.inv.bcd_rollout_gate_timeout,
                          "force": self.inv.bcd_rollout_force, "all_at_once": self.inv.bcd_rollout_all_at_once},
             **extra,
@@ -643,8 +685,9 @@ class Rollout:
 
     def settled(self, expect_updated: int | None) -> tuple[bool, str | None]:
         """The DaemonSet as its watch last saw it (else one GET): whether its controller counts
-        every pod Ready and at least ``expect_updated`` pods on the newest template, and the
-        DaemonSet's resourceVersion (a status update changes it)."""
+        every pod Ready but those of the down and joined Nodes (``down``, ``went_down``, ``joined``) and at least
+        ``expect_updated`` pods on the newest template, and the DaemonSet's resourceVersion (a
+        status update changes it)."""
         if self.follow_ds is not None:
             self.follow_ds.check()
             ds = next(iter(self.follow_ds.objects().values()), None)
@@ -653,7 +696,9 @@ class Rollout:
         if ds is None:
             return True, "gone"  # the full check says so
         st = ds.get("status") or {}
-        desired = int(st.get("desiredNumberScheduled") or 0)
+        # a down Node's pod is not Ready, or not for long, nor a joined Node's (no join token): the
+        # controller counts them desired all the same
+        desired = int(st.get("desiredNumberScheduled") or 0) - len(set(self.down) | set(self.went_down) | set(self.joined))
         ok = (generation_seen(ds)
               and int(st.get("numberReady") or 0) >= desired
               and (expect_updated is None or int(st.get("updatedNumberScheduled") or 0) >= expect_updated))
@@ -666,6 +711,8 @@ class Rollout:
         ``self.listed``)."""
         try:
             pods = self.pods(ds)
+            listed = self.selected()
+            nodes = self.still_up(nodes, listed)
             cpn = self.cp_nodes(nodes)
         except (KubeError, ControlPlaneError) as exc:
             return dict.fromkeys(nodes, f"cannot check: {exc}"), False, False
@@ -673,10 +720,8 @@ class Rollout:
         refused = self.refused(ds, nodes, pods, revision)
         if refused:
             return refused, True, True
-        problems: dict[str, str] = self.nodes_not_ready(nodes)
+        problems: dict[str, str] = {}
         for node in nodes:
-            if node in problems:
-                continue  # a Node that is not Ready is never healthy, whatever its pod says
             pod = pods.get(node)
             # a pod of the new revision that crash-loops, exited or restarted during the run fails at once
             why = (fatal(pod, self.started_at) if pod is not None and pod_revision(pod) == revision else None)
@@ -704,23 +749,22 @@ class Rollout:
         why = "; ".join(f"FailedCreate ({r['count']}x, last at {r['at']}): {describe(r)}" for r in standing)
         return dict.fromkeys(missing, f"the API server refuses its new pod: {why}")
 
-    def nodes_not_ready(self, nodes: list[str]) -> dict[str, str]:
-        """node -> why, for each of ``nodes`` whose Node is not Ready (or is gone): the pod's
-        Ready alone lags the Node's by up to the node monitor's grace period."""
-        try:
-            listed = self.selected()
-        except KubeError as exc:
-            return dict.fromkeys(nodes, f"cannot check: {exc}")
-        out = {}
+    def still_up(self, nodes: list[str], listed: dict[str, dict]) -> list[str]:
+        """``nodes`` less those whose Node went down (NotReady, cordoned, unreachable, gone: as
+        ``listed``, the selected Nodes, shows them) or went down earlier in the run: each newly
+        down one is left out of every later judgement (:meth:`lose`) rather than waited out, its
+        kubelet being unable to run or replace its pod. Its pod's own Ready lags the Node's by up
+        to the node monitor's grace period, so the Node is what tells."""
+        up = []
         for name in nodes:
-            node = listed.get(name)
-            if node is None:
-                out[name] = "the Node is gone (or no longer matches bcd_node_selector)"
-            elif not node_ready(node):
-                ready = next((c for c in node["status"]["conditions"] if c.get("type") == "Ready"), {})
-                detail = f" ({ready.get('reason')}: {ready.get('message')})" if ready.get("reason") else ""
-                out[name] = f"the Node is NotReady{detail}"
-        return out
+            if name in self.went_down:
+                continue
+            why = node_down(listed.get(name))
+            if why:
+                self.lose(name, why)
+            else:
+                up.append(name)
+        return up
 
     def gate(self, ds: dict, nodes: list[str], revision: str, image: str, baseline: dict, timings: dict,
              expect_updated: int | None = None) -> dict[str, str]:
@@ -824,45 +868,87 @@ class Rollout:
             self.selected_count = len(nodes)
             baseline = self.cp_nodes(nodes)
             start_images = {n: container_image(p) for n, p in pods.items()}
+            self.ready_before = {n for n, p in pods.items() if pod_ready(p)}
+            # down Nodes (NotReady, cordoned, unreachable) roll in no stage and gate none: the plan
+            # (status) refused more of them than bcd_rollout_max_down allows
+            self.down = {n: why for n in sorted(nodes, key=natural) if (why := node_down(nodes[n]))}
             # a pod on a Node the selector no longer selects is the controller's to delete, not to roll
-            to_roll = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
-            already = len([n for n in pods if n in nodes]) - len(to_roll)  # pods on the newest revision before the first stage
+            old = sorted((n for n, pod in pods.items() if n in nodes and pod_revision(pod) != revision), key=natural)
+            to_roll = [n for n in old if n not in self.down]
+            already = len([n for n in pods if n in nodes]) - len(old)  # pods on the newest revision before the first stage
             stages = plan(to_roll, self.inv.bcd_rollout_canary, self.inv.bcd_rollout_max_unavailable, len(nodes))
+            # every node still to roll, the down ones too: one that is back by a later stage rolls there
+            pool = list(old)
+            known = set(nodes)  # a Node not among them joined the cluster during the rollout
             rolled: list[str] = []
-            cumulative = 0
-            for i, stage in enumerate(stages):
+            i = 0
+            while i < len(stages) or (not failed and any(n not in self.down for n in pool)):
+                if i >= len(stages):
+                    # nodes that were down at their turn and are back: one more batch each
+                    batches = len([s for s in stages if s["name"].startswith("batch")])
+                    size = batch_size(self.inv.bcd_rollout_max_unavailable, len(nodes))
+                    stages.append({"name": f"batch {batches + 1}", "nodes": [n for n in pool if n not in self.down][:size]})
+                stage = stages[i]
                 self.renew()
                 t0 = time.monotonic()
                 timings["_stage"] = t0
                 size = len(stage["nodes"])
-                cumulative += size
+                self.stage_name = stage["name"]
+                now_nodes = self.selected()
+                # which Nodes are down now: a stage never deletes a down Node's pod (its kubelet could
+                # not replace it: the pod would stay Terminating) and never waits for one
+                down_now = {n: why for n in sorted(set(now_nodes) | set(pool), key=natural)
+                            if (why := node_down(now_nodes.get(n)))}
+                self.down = {n: why for n, why in down_now.items() if n not in self.went_down}
+                self.note_joined(now_nodes, known, stage["name"])
                 record = {"name": stage["name"], "size": size, "nodes": [], "started_at": _rfc3339(), "outcome": "running"}
                 stages_out.append(record)
                 self.events_since = _rfc3339()
-                if stage["name"] == "canary":
-                    # the canary is the plan's: its few pods are deleted by name (each DELETE names
-                    # the pod's uid, so a pod replaced since is never deleted)
-                    members, short_by = list(stage["nodes"]), None
+                candidates = [n for n in pool if n not in self.down]
+                planned, size = size, min(size, len(candidates))  # fewer when nodes are down or rolled already
+                if not size:
+                    members, short_by = [], None
+                elif stage["name"] == "canary" or down_now or self.joined:
+                    # by name, the plan's next nodes that are up: the canary's few pods, or a batch's
+                    # while a node is down or joined (the controller's RollingUpdate would delete the
+                    # down node's unavailable pod first, and count the down nodes and a joined node
+                    # whose bcd cannot join without a token against maxUnavailable).
+                    # Each DELETE names the pod's uid, so a pod replaced since is never deleted.
+                    members, short_by = candidates[:size], None
                     self.delete_pods([p for n in members if (p := self.listed.get(n)) is not None
                                       and pod_revision(p) != revision])
                 else:
                     # a batch: the DaemonSet controller deletes and replaces its pods, and picks them
-                    members, short_by = self.controller_stage(ds, to_roll, set(rolled), size, cumulative, revision)
+                    members, short_by = self.controller_stage(ds, old, set(rolled), size, len(rolled) + size, revision)
+                pool = [n for n in pool if n not in members]
                 record["nodes"] = members
-                if len(members) != size:
-                    record["planned_size"] = size
-                    self.notes.append(f"stage {stage['name']}: the DaemonSet controller replaced {len(members)} pod(s), "
-                                      f"{size} planned" + (" (the next stage counts the extra ones)" if len(members) > size
-                                                           else ""))
+                if not members and not short_by:
+                    record.update(outcome="skipped", seconds=0.0)
+                    self.notes.append(f"stage {stage['name']}: skipped, " + (
+                        "every node left to roll is down: " + ", ".join(pool) if pool
+                        else "no node left to roll (an earlier stage rolled more than planned)"))
+                    i += 1
+                    continue
+                if len(members) != planned:
+                    record["planned_size"] = planned
+                    self.notes.append(f"stage {stage['name']}: {len(members)} node(s) rolled, {planned} planned"
+                                      + (" (the DaemonSet controller replaced the extra ones; the next stage counts them)"
+                                         if len(members) > planned else
+                                         " (the others are down)" if any(n in self.down for n in pool) else ""))
                 for node in members:
                     stage_of[node] = stage["name"]
                 rolled += members
                 self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(members)} node(s) "
                                    f"to {target.rsplit('/', 1)[-1]})")
-                problems = self.gate(ds, rolled, revision, target, baseline, timings, expect_updated=already + len(rolled))
+                gated = [n for n in rolled if n not in self.went_down]
+                problems = self.gate(ds, gated, revision, target, baseline, timings,
+                                     expect_updated=already + len([n for n in rolled if n not in self.went_down]))
                 if short_by and not problems:
                     problems = {f"DaemonSet {self.ns}/{self.name}": short_by}
                 record["seconds"] = round(time.monotonic() - t0, 1)
+                lost = [n for n in members if n in self.went_down]
+                if lost:
+                    record["not_verified"] = lost
                 if problems:
                     record["outcome"] = "failed"
                     failed = [{"node": n, "stage": stage_of.get(n, stage["name"]), "why": w}
@@ -872,14 +958,22 @@ class Rollout:
                                            "outcome": "not started"})
                     break
                 record["outcome"] = "passed"
+                if lost and len(lost) == len(members):
+                    self.notes.append(f"stage {stage['name']} verified none of its node(s) (each went down): the next "
+                                      "stage's gate is the first to judge the new pods")
                 self.passed_at = time.monotonic()
+                i += 1
+            if not failed:
+                # a Node that joined after the last stage began: named too
+                self.note_joined(self.selected(), known, None)
+            self.left = {n: self.down.get(n) or "the Node was down at its turn" for n in pool if n in self.down}
             if failed:
                 # the nodes and why (the first few: the table has every one)
                 names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])
                 if len(failed) > FAILED_IN_MSG:
                     names += f"; and {len(failed) - FAILED_IN_MSG} more node(s)"
                 back_to = from_image if from_image != target else f"the previous pod template (image {from_image})"
-                first = stages_out[len([s for s in stages_out if s["outcome"] == "passed"])]["name"]
+                first = next(s["name"] for s in stages_out if s["outcome"] == "failed")
                 if self.inv.bcd_rollout_rollback:
                     rollback = self.rollback(previous, prev_ds, rolled, baseline, timings)
                     result = "rolled_back" if rollback["outcome"] == "succeeded" else "rollback_failed"
@@ -907,9 +1001,17 @@ class Rollout:
         except (KubeError, ControlPlaneError) as exc:
             result, msg = "failed", f"stopped: {exc}"
         rows = self.rows(stage_of, start_images, failed, timings, result)
+        # what a headline of success would leave unsaid: the down Nodes and those that joined
+        aside = "".join((
+            f"; {len(self.left)} down node(s) left behind ({', '.join(sorted(self.left, key=natural))})" if self.left else "",
+            f"; {len(self.went_down)} rolled but not verified, their Node went down "
+            f"({', '.join(sorted(self.went_down, key=natural))})" if self.went_down else "",
+            f"; {len(self.joined)} node(s) joined during the rollout ({', '.join(sorted(self.joined, key=natural))})"
+            if self.joined else ""))
         headline = {
             "succeeded": (f"rolled {change(from_image, target).removeprefix('of ')} on {len(stage_of)} node(s) in "
-                          f"{len(stages_out)} stage(s)" if stages_out else
+                          f"{len([s for s in stages_out if s['outcome'] != 'skipped'])} stage(s){aside}" if stage_of else
+                          f"applied {short(target)}: no node rolled{aside}" if aside else
                           f"applied on {short(target)}: the pod template did not change, so no node rolled (every selected "
                           "node's pod already runs its pod template; the kubelet updates the mounted ConfigMap files in "
                           "place)"),
@@ -917,7 +1019,11 @@ class Rollout:
             "rollback_failed": f"rollout {change(from_image, target)} FAILED; rollback incomplete: {msg}",
             "failed": f"rollout {change(from_image, target)} FAILED: {msg}",
         }[result]
-        summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback)
+        summary = self.summary(result, headline, from_image, stages_out, rows, failed_nodes=failed, rollback=rollback,
+                               left_behind=[{"node": n, "why": w} for n, w in sorted(self.left.items(), key=lambda x: natural(x[0]))],
+                               not_verified=[{"node": n, "why": w}
+                                             for n, w in sorted(self.went_down.items(), key=lambda x: natural(x[0]))],
+                               joined=sorted(self.joined, key=natural))
         self.unfollow()
         out = {"changed": self.did_change, "watch": self.watched(), "summary": summary, "table": table(summary), "plan": [
             {"name": s["name"], "size": s["size"], "nodes": s["nodes"]} for s in stages_out],
@@ -925,6 +1031,33 @@ class Rollout:
         if result != "succeeded":
             self.m.fail_json(msg=headline, **out)
         self.m.exit_json(**out)
+
+    def note_joined(self, now_nodes: dict[str, dict], known: set[str], stage: str | None) -> None:
+        """Name each selected Node of ``now_nodes`` not in ``known`` (it joined the cluster during
+        the rollout, before ``stage``, or after the last stage began when None), with a note; adds
+        it to ``known``. The DaemonSet is OnDelete during the stages, so its first pod has the new
+        template at once; its bcd has no join token yet (add-nodes.yml joins it), so no gate can
+        wait for it to report."""
+        for name in sorted(set(now_nodes) - known, key=natural):
+            known.add(name)
+            self.joined[name] = stage
+            when = f"before stage {stage}" if stage else "during the last stage"
+            line = (f"{name} joined the cluster {when}: its bcd pod has the new pod template from the start (the "
+                    "DaemonSet is OnDelete while it rolls), not gated here; add-nodes.yml joins it to the control plane, "
+                    "and audit.yml checks it")
+            self.notes.append(line)
+            if self.say:
+                self.say(f"{self.gate_label or 'rollout'}: {line}")
+
+    def lose(self, node: str, why: str) -> None:
+        """Leave ``node``, rolled, out of every later judgement: its Node went down (``why``,
+        :func:`node_down`'s phrase) while its stage ran; said at once, and in the report."""
+        self.went_down[node] = f"{went(why)} during {self.stage_name or 'the rollout'}"
+        line = (f"{node}: {self.went_down[node]}: left out of the gate (rolled, not verified; audit.yml checks it once "
+                "it is back)")
+        self.notes.append(line)
+        if self.say:
+            self.say(f"{self.gate_label or 'rollout'}: {line}")
 
     def rollback(self, previous: list[dict], prev_ds: dict, rolled: list[str], baseline: dict, timings: dict) -> dict:
         """Re-apply the previous render with OnDelete, replace the pods not on its revision, wait,
@@ -936,11 +1069,27 @@ class Rollout:
                 self.apply(with_strategy(obj, ON_DELETE) if obj.get("kind") == "DaemonSet" else obj)
             ds = self.observed()
             revision = revision_hash(newest_revision(self.revisions(ds), ds["metadata"]["uid"]))
-            stale = {node: pod for node, pod in self.pods(ds).items() if pod_revision(pod) != revision}
+            # a down Node's pod is neither replaced (its kubelet could not: the pod would stay
+            # Terminating) nor waited for; the previous render's own strategy replaces it once it is back
+            now_nodes = self.selected()
+            self.down = {n: why for n in sorted(now_nodes, key=natural)
+                         if n not in self.went_down and (why := node_down(now_nodes[n]))}
+            # nor a joined Node's (its bcd cannot join without a token: add-nodes.yml's)
+            skip = set(self.down) | set(self.went_down) | set(self.joined)
+            stale = {node: pod for node, pod in self.pods(ds).items() if pod_revision(pod) != revision and node not in skip}
             self.events_since = _rfc3339()
             self.delete_pods(list(stale.values()))
             replaced = list(stale)
-            out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)
+            out["nodes"] = sorted((set(replaced) | set(rolled)) - skip, key=natural)
+            left = sorted((n for n in skip if n in rolled), key=natural)
+            if set(self.joined) & set(self.pods(ds)):
+                self.notes.append(f"rollback: the Node(s) that joined during the rollout keep their pod until the previous "
+                                  f"render's update strategy replaces it: {', '.join(sorted(self.joined, key=natural))}")
+            if left:
+                out["left"] = left
+                self.notes.append(f"rollback: not rolled back, the Node being down: {', '.join(left)} (its pod keeps the "
+                                  "new pod template until the Node is back; the DaemonSet controller then replaces it, as the "
+                                  "previous render's update strategy does)")
             timings.clear()
             timings["_stage"] = time.monotonic()
             self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {(container_image(prev_ds) or '?').rsplit('/', 1)[-1]}"
@@ -950,8 +1099,12 @@ class Rollout:
                 out.update(outcome="failed", why="; ".join(f"{n}: {w}" for n, w in problems.items()))
             else:
                 # "rolled back" promises what `kubectl rollout status` would confirm: the
-                # controller counts every pod updated and available on the previous render
-                lag = self.wait_rolled_out(ROLLBACK_SETTLE, self.available_before)
+                # controller counts every pod updated and available on the previous render, but
+                # those of down Nodes that were available before the run
+                before = self.available_before
+                if before is not None:
+                    before -= len((set(self.down) | set(self.went_down)) & self.ready_before)
+                lag = self.wait_rolled_out(ROLLBACK_SETTLE, before)
                 if lag:
                     out.update(outcome="failed", why=lag)
                 else:
@@ -973,18 +1126,32 @@ class Rollout:
         except (KubeError, ControlPlaneError):
             pods, nodes, cpn = {}, {n: {} for n in set(stage_of) | set(start_images)}, {}
         rows = []
+        rolled_back = result in ("rolled_back", "rollback_failed")
+        # a Node left behind that is gone from the selection since keeps its row
+        for name in set(self.left) - set(nodes):
+            nodes[name] = None
+        rows = []
         for name in sorted(nodes, key=natural):
             pod = pods.get(name)
             if name in why:
                 outcome = f"FAILED: {why[name]}"
+            elif name in self.went_down:
+                outcome = (f"rolled, not rolled back: {self.went_down[name]}; its pod keeps the new pod template until the "
+                           "Node is back (the DaemonSet controller then replaces it)" if rolled_back else
+                           f"rolled, not verified: {self.went_down[name]}; audit.yml checks it once it is back")
+            elif name in self.left:
+                outcome = left_behind(self.left[name])
+            elif name in self.joined:
+                outcome = (f"joined during the rollout ({'before stage ' + self.joined[name] if self.joined[name] else 'in the last stage'}): "
+                           "its pod has the DaemonSet's pod template from the start, not gated; add-nodes.yml joins it")
             elif name not in stage_of:
                 outcome = "not rolled (already on the new revision)" if result == "succeeded" else "not rolled"
-            elif result in ("rolled_back", "rollback_failed"):
+            elif rolled_back:
                 outcome = "rolled, then rolled back"
             else:
                 outcome = f"rolled, healthy after {timings[name]}s" if name in timings else "rolled"
             rows.append({"name": name, "stage": stage_of.get(name), "from": short(start_images.get(name)),
                          "to": short(container_image(pod)) if pod else None,
-                         "pod": ("Ready" if pod_ready(pod) else "NotReady") if pod else "none",
+                         "pod": pod_column(pod, nodes.get(name) or None),
                          "state": (cpn.get(name) or {}).get("state"), "outcome": outcome})
         return rows

@@ -63,6 +63,16 @@ options:
   nodes:
     description: The number of selected Nodes (for the default timeout; default the DaemonSet's desired pods).
     type: int
+  left_behind:
+    description:
+      - Nodes a staged rollout left behind because they are down (NotReady, cordoned, unreachable; rollout.yml's
+        C(bcd_rollout_max_down)), rolled without verifying because they went down, or that joined the cluster
+        while it rolled (their bcd needs a join token - add-nodes.yml's). The wait is done once every
+        other pod is updated and available (C(desiredNumberScheduled) less these); their pods are neither waited for
+        nor named (a down Node's kubelet cannot replace or run its pod).
+    type: list
+    elements: str
+    default: []
   poll_for:
     description:
       - Internal to the action plugin. Seconds this run waits before it returns with RV(done) false
@@ -346,6 +356,7 @@ def main() -> None:
             **KUBE_OPTIONS,
             "timeout": {"type": "int"},
             "nodes": {"type": "int"},
+            "left_behind": {"type": "list", "elements": "str", "default": []},
             "interval": {"type": "float", "default": 1},
             "progress_every": {"type": "float", "default": 20},
             "poll_for": {"type": "float"},
@@ -382,6 +393,12 @@ def main() -> None:
     standing = Standing()
     if module.params["refused_at"] is not None:
         standing.first = started + module.params["refused_at"]
+    left = set(module.params["left_behind"] or [])
+
+    def complete(ds: dict) -> bool:
+        """Rolled out, but for the pods of the Nodes left behind (down)."""
+        desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
+        return rolled_out(ds, max(0, desired - len(left)) if left else None)
 
     def watched() -> dict:
         return {"lists": sum(f.lists for f in follows), "relists": sum(f.relists for f in follows),
@@ -424,7 +441,7 @@ def main() -> None:
         until = started + timeout
         if poll_for is not None:
             until = min(until, run_started + poll_for)
-        if rolled_out(ds):
+        if complete(ds):
             done(failed_nodes=[])
         pod_query = {"labelSelector": selector({"app.kubernetes.io/name": "bcd", "app.kubernetes.io/instance": inv.bcd_name})}
         pod_follow, pod_resumed = take_over(path("pods", namespace=inv.bcd_namespace), pod_query, keep=slim_pod)
@@ -449,7 +466,7 @@ def main() -> None:
             if not ds:
                 module.fail_json(msg=f"{where} does not exist", status={}, failed_nodes=[], refused=refused,
                                  waited=round(time.monotonic() - started, 1))
-            if rolled_out(ds):
+            if complete(ds):
                 done(failed_nodes=[])
             now = time.monotonic()
             late = now - started >= timeout
@@ -462,12 +479,12 @@ def main() -> None:
                 continue
             looked = now
             objects = list(pod_follow.objects().values())
-            judged = judge.by_node(objects, ds)
+            judged = {node: held for node, held in judge.by_node(objects, ds).items() if node not in left}
             pods = {node: held[0] for node, held in judged.items()}
             desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
             refused = refusals(list(event_follow.objects().values()), ds["metadata"].get("uid"), since, inv.bcd_namespace,
                                want, inv.bcd_priority_class_name)
-            standing_refusals = standing.update(refused, missing=len(pods) < desired, now=now)
+            standing_refusals = standing.update(refused, missing=len(pods) < desired - len(left), now=now)
             if standing_refusals:
                 lines = "\n".join(f"FailedCreate ({r['count']}x, last at {r['at']}): {describe(r)}" for r in standing_refusals)
                 module.fail_json(

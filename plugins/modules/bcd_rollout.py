@@ -42,6 +42,25 @@ description:
   - A plan whose first stage rolls every node to roll, on more than one node (no canary left), is refused
     unless C(bcd_rollout_all_at_once), since a failure there hits the whole fleet at once; with one selected
     Node it is a warning.
+  - A selected Node that is down - NotReady (its Ready condition not C(True)), cordoned (C(spec.unschedulable)) or
+    tainted C(node.kubernetes.io/unreachable) - is left behind - no stage rolls it or waits for it - and the plan
+    and the report name it, why and what happens to it (C(left_behind) in RV(summary)). More down Nodes than
+    C(bcd_rollout_max_down) (a count or a percentage of the selected Nodes rounded up; default 10%) refuse the
+    rollout before any change, naming them and the variable, unless C(bcd_rollout_force) (the down Nodes are
+    still left behind). Before this, any NotReady Node refused the rollout.
+  - While any selected Node is down at a stage's start, that stage deletes its pods by name, as the canary does
+    (the plan's next Nodes that are up; the DaemonSet stays C(OnDelete)), not through the DaemonSet controller,
+    whose C(RollingUpdate) would delete the down Node's unavailable pod first and count the down Nodes against
+    C(maxUnavailable). A Node left behind that is back by a later stage rolls there.
+  - A rolled Node that goes down (NotReady, cordoned, gone) while a gate runs is left out of every later
+    judgement, with a progress line, rather than waited out - its row says C(rolled, not verified) and
+    C(not_verified) in RV(summary) names it. A rollback neither replaces nor waits for a down Node's pod. The gate's
+    wake-up counts (C(numberReady)) leave the down Nodes out. The POD column of a Node that is not Ready says
+    C(unknown (Node NotReady)).
+  - A Node that joins the cluster during C(state=run) (its first pod has the new template, the DaemonSet being
+    C(OnDelete)) is named in a note and C(joined) in RV(summary), and not gated (its bcd needs a join token -
+    add-nodes.yml joins it); later stages then delete their pods by name too (its pod, not Ready, would count
+    against C(maxUnavailable)), and a rollback leaves its pod as it is.
   - C(state=run) expects the new template applied with C(updateStrategy=OnDelete) (or applies it, with O(apply)). It waits
     for the DaemonSet controller to see it, then replaces the pods not on the newest revision one stage
     at a time - C(bcd_rollout_canary) nodes first, then batches of C(bcd_rollout_max_unavailable) (a count
@@ -225,7 +244,10 @@ summary:
       size than planned keeps C(planned_size) and a note); C(nodes) one row per selected Node (C(from) the short digest its
       pod ran at the start, C(to) now, C(pod), C(state) of its bcd node, C(outcome)); C(failed_nodes) with why;
       C(rollback); C(unhealthy) and C(incomplete) (locked); with C(state=locked) C(losing) (the Nodes that run a
-      bcd pod and that C(bcd_node_selector) no longer selects) and C(staying) (the selected Nodes that do not roll);
+      bcd pod and that C(bcd_node_selector) no longer selects), C(staying) (the selected Nodes that do not roll)
+      and C(down) (C([{node, why}]), the down Nodes the plan leaves behind); with C(state=run) C(left_behind)
+      (C([{node, why}]), the Nodes down at their turn), C(not_verified) (C([{node, why}]), rolled, then down before
+      their gate judged them) and C(joined) (Nodes that joined the cluster during the run);
       timings in RFC 3339 and seconds.
   returned: always
   type: dict
@@ -253,10 +275,17 @@ plan:
   type: list
   elements: dict
 to_roll:
-  description: With C(state=locked) (or C(status)), the selected Nodes whose pods the rollout replaces (natural order).
+  description: With C(state=locked) (or C(status)), the selected Nodes whose pods the rollout replaces (natural order;
+    no down Node).
   returned: state=locked or state=status
   type: list
   elements: str
+down:
+  description: With C(state=locked) (or C(status)), C([{node, why}]) for each selected Node that is down (NotReady,
+    cordoned, tainted unreachable), left behind by the rollout.
+  returned: state=locked or state=status
+  type: list
+  elements: dict
 healthy:
   description: With C(state=locked) (or C(status)), whether every selected Node is healthy and the previous rollout
     complete.

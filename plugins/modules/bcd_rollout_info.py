@@ -19,8 +19,15 @@ description:
     newest revision, and a bcd node that reports) and whether the previous rollout is complete (every pod on
     the newest revision).
   - Returns the previous render (the ConfigMap and DaemonSet as they are, reduced to the fields their field
-    managers set) for a rollback, the planned stages, and a refusal (RV(refuse)) when nodes are unhealthy or
-    the previous rollout is incomplete (unless C(bcd_rollout_force)) or the DaemonSet does not exist.
+    managers set) for a rollback, the planned stages, and a refusal (RV(refuse)) when nodes are unhealthy,
+    the previous rollout is incomplete or more selected Nodes are down than C(bcd_rollout_max_down) allows (unless
+    C(bcd_rollout_force)), or the DaemonSet does not exist.
+  - A selected Node that is down - NotReady (its Ready condition not C(True)), cordoned (C(spec.unschedulable)) or
+    tainted C(node.kubernetes.io/unreachable) - is neither unhealthy nor incomplete - the plan leaves it behind
+    (not in RV(to_roll)), and names it, why and what happens to it (RV(down), its row's outcome C(left behind) and why).
+    C(bcd_rollout_max_down) (a count or a percentage of the selected Nodes rounded up; default 10%) is how many
+    may be down; more refuse, naming them and the variable. Before this, any NotReady Node refused the rollout.
+    The POD column of a Node that is not Ready says C(unknown (Node NotReady)).
   - The plan names each stage's size - C(bcd_rollout_canary) nodes first, then batches of
     C(bcd_rollout_max_unavailable) (a count or a percentage of the selected Nodes rounded up) - and the Nodes
     still to roll (RV(to_roll)). The canary's Nodes are named (the first in natural order); a batch's are
@@ -102,8 +109,8 @@ summary:
     - The machine-readable report. C(result) is one of C(unchanged) (already on the render and healthy, with
       O(changes=false)), C(planned), C(refused); C(from)/C(to) the image and digest; C(stages) the planned
       stages (C(name), C(size), the canary's C(nodes), C(outcome) C(planned)); C(to_roll) the Nodes to roll;
-      C(nodes) one row per Node (C(outcome) C(will roll) for those to roll); C(unhealthy) and
-      C(incomplete); C(losing) (the Nodes that run a bcd pod and that C(bcd_node_selector) no longer selects)
+      C(nodes) one row per Node (C(outcome) C(will roll) for those to roll, C(left behind) and why for a down Node);
+      C(unhealthy), C(incomplete) and C(down) (C([{node, why}])); C(losing) (the Nodes that run a bcd pod and that C(bcd_node_selector) no longer selects)
       and C(staying) (the selected Nodes that do not roll); timings in RFC 3339 and seconds.
   returned: always
   type: dict
@@ -129,10 +136,16 @@ plan:
   type: list
   elements: dict
 to_roll:
-  description: The selected Nodes whose pods the rollout replaces (natural order).
+  description: The selected Nodes whose pods the rollout replaces (natural order; no down Node).
   returned: always
   type: list
   elements: str
+down:
+  description: C([{node, why}]) for each selected Node that is down (NotReady, cordoned, tainted unreachable), which
+    the rollout leaves behind.
+  returned: always
+  type: list
+  elements: dict
 healthy:
   description: Whether every selected Node is healthy and the previous rollout complete.
   returned: always

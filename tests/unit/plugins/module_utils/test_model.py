@@ -113,6 +113,8 @@ RULES = [
     ("unknown-nested-key", {"bcd_join_token_secret": {"name": "bcd-join", "keys": "token"}}, "bcd_join_token_secret.keys", ["unknown key"]),
     ("wrong-type-bool", {"bcd_host_units": "maybe"}, "bcd_host_units", ["true or false"]),
     ("max-unavailable", {"bcd_rollout_max_unavailable": "150%"}, "bcd_rollout_max_unavailable", ["percentage"]),
+    ("max-down", {"bcd_rollout_max_down": "150%"}, "bcd_rollout_max_down", ["percentage", "count (0 or more)"]),
+    ("max-down-negative", {"bcd_rollout_max_down": -1}, "bcd_rollout_max_down", ["0 or more"]),
 ]
 
 
