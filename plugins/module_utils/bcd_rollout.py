@@ -159,6 +159,20 @@ def short(image: str | None, length: int = 12) -> str:
     return d.split(":", 1)[-1][:length]
 
 
+def short_ref(image: str | None, length: int = 12) -> str:
+    """An image as progress lines name it: its last path component, a digest cut to ``length`` hex
+    digits as ``docker images`` and ``kubectl`` users know it (``bcd:0.1.0@sha256:0123456789ab``).
+    The full reference stays in the reports and the plan."""
+    if not image:
+        return "?"
+    name = image.rsplit("/", 1)[-1]
+    if "@" not in name:
+        return name
+    ref, dig = name.rsplit("@", 1)
+    algo, _, hexes = dig.partition(":")
+    return f"{ref}@{algo}:{hexes[:length]}" if hexes else name
+
+
 def newest_revision(revisions: list[dict], owner_uid: str) -> dict | None:
     """The ControllerRevision of the DaemonSet with uid ``owner_uid`` with the highest ``revision``."""
     mine = [r for r in revisions if any(o.get("uid") == owner_uid for o in (r.get("metadata") or {}).get("ownerReferences") or [])]

@@ -60,6 +60,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     revision_hash,
     rolled_out,
     short,
+    short_ref,
     table,
     with_strategy,
 )
@@ -275,7 +276,10 @@ class Rollout:
         if revision and pod_revision(pod) != revision:
             return f"pod {pname} runs revision {pod_revision(pod)}, not {revision} ({short(container_image(pod))})"
         if image and container_image(pod) != image:
-            return f"pod {pname} runs image {container_image(pod)}, not {image}"
+            running, wanted = short_ref(container_image(pod)), short_ref(image)
+            if running == wanted:  # the same name and short digest from another registry: in full
+                running, wanted = container_image(pod), image
+            return f"pod {pname} runs image {running}, not {wanted}"
         if not pod_ready(pod):
             return f"pod {pname} not Ready ({pod_state(pod)})"
         if cp_node is None:
@@ -858,7 +862,7 @@ class Rollout:
                     stage_of[node] = stage["name"]
                 rolled += members
                 self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(members)} node(s) "
-                                   f"to {target.rsplit('/', 1)[-1]})")
+                                   f"to {short_ref(target)})")
                 problems = self.gate(ds, rolled, revision, target, baseline, timings, expect_updated=already + len(rolled))
                 if short_by and not problems:
                     problems = {f"DaemonSet {self.ns}/{self.name}": short_by}
@@ -943,7 +947,7 @@ class Rollout:
             out["nodes"] = sorted(set(replaced) | set(rolled), key=natural)
             timings.clear()
             timings["_stage"] = time.monotonic()
-            self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {(container_image(prev_ds) or '?').rsplit('/', 1)[-1]}"
+            self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {short_ref(container_image(prev_ds))}"
             problems = self.gate(ds, out["nodes"], revision, container_image(prev_ds), baseline, {})
             self.apply(prev_ds)
             if problems:
