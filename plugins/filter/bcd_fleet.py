@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import REPORT_SCHEMA_VERSION
+
 _CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
 # Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
 # --limit or after an earlier play failed it, has none of them).
@@ -232,7 +234,7 @@ def bcd_kube_source(hostvars, host) -> str:
 
 def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> list[dict]:
     """``[{path, document}]``: one JSON document for each ``bcd_report_out`` several clusters
-    share, ``{"playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
+    share, ``{"schema_version", "playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
     by_path: dict[str, list[dict]] = {}
     for r in records:
         if r["report_out"] and r["playbook"] != "audit":
@@ -244,7 +246,7 @@ def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> li
         failed = [r["cluster"] for r in group if r["failure"]]
         clusters = [{k: v for k, v in r.items() if k != "report_out"} for r in group]
         out.append({"path": path, "document": {
-            "playbook": group[0]["playbook"], "finished_at": finished_at, "passed": not failed, "failed": failed,
+            "schema_version": REPORT_SCHEMA_VERSION, "playbook": group[0]["playbook"], "finished_at": finished_at, "passed": not failed, "failed": failed,
             "summary": bcd_fleet_lines(group), "clusters": clusters}})
     return out
 

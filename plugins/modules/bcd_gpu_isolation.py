@@ -334,7 +334,7 @@ table:
   elements: str
 report:
   description:
-    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "source", "findings", "readiness",
+    - 'What C(bcd_report_out) receives: C({"schema_version", "cluster", "nodes": [{"name", "verdict", "ready", "source", "findings", "readiness",
       "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
       "active_cluster_policy", "unmatched_node_files", "runtime_handler", "gpu_api"}).'
   returned: unless O(scope) is settings

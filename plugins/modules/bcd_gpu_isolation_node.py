@@ -229,7 +229,7 @@ table:
   elements: str
 report:
   description:
-    - 'What C(bcd_report_out) receives for a node root (C(bcd_node_root)): C({"cluster": null, "nodes": [{"name", "verdict",
+    - 'What C(bcd_report_out) receives for a node root (C(bcd_node_root)): C({"schema_version": 1, "cluster": null, "nodes": [{"name", "verdict",
       "ready", "source", "findings", "readiness", "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce",
       "node_root"}).'
   returned: always

@@ -218,7 +218,8 @@ watch:
   type: dict
 summary:
   description:
-    - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
+    - The machine-readable report (rollout.yml writes it to C(bcd_report_out), with C(schema_version) 1, C(kube) and
+      C(finished_at) added; the collection's C(docs/reports.md) lists every key). C(result) is one of
       C(unchanged), C(planned), C(refused), C(succeeded), C(failed) (a gate failed, no rollback),
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
       planned C(size), their C(nodes) (with C(state=run), those rolled), outcome and seconds (a stage of another
