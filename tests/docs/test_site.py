@@ -217,3 +217,16 @@ def test_screenshots_of_the_index_and_bcd_rollout(crawl, chromium):
             assert dest.stat().st_size > 20_000, f"{dest} looks blank"
     finally:
         browser.close()
+
+
+def test_the_index_leads_with_the_guides_then_the_reference_then_the_changelog(crawl):
+    """A reader comes for a task (adopt, schedule rollouts, audit, release, troubleshoot): the
+    guides come first, then the playbooks, modules, roles and plugins, the changelog last."""
+    base = crawl["base"]
+    links = [link.removeprefix(base + "/") for link in crawl["pages"][f"{base}/index.html"]["links"]]
+
+    def first(prefix: str, suffix: str = "") -> int:
+        return next(i for i, link in enumerate(links) if link.startswith(prefix) and urldefrag(link).url.endswith(suffix))
+
+    assert first("guides/using-it-on-your-cluster") < first("guides/troubleshooting") < first("playbooks/")
+    assert first("playbooks/") < first("bcd_", "_module.html") < first("bcd_", "_role.html") < first("changelog.html")
