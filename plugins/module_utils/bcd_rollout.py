@@ -1,4 +1,4 @@
-"""The staged rollout of bcd's DaemonSet (seed 000, Upgrades): plans, health, rollback.
+"""The staged rollout of bcd's DaemonSet (the bcd DaemonSet specification, section Upgrades): plans, health, rollback.
 
 Pure functions over the API's JSON, so the bcd_rollout module stays a thin loop and the rules
 are unit-tested without a cluster.
