@@ -332,9 +332,14 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
             return line, "ansible-playbook gpu-stack.yml (it configures GPU isolation), then ansible-playbook doctor.yml again"
         return line, f"fix {_failure_reason(rec)}, then {_again(playbook)}"
     if check_mode and playbook not in ("audit", "doctor", "render"):
-        plan = f": {_reason(report['headline'])}" if playbook == "rollout" and report.get("headline") else ""
-        return (f"cluster {name}: --check, nothing changed{plan}",
-                f"ansible-playbook {playbook}.yml without --check")
+        plan = ""
+        if playbook == "rollout" and isinstance(report.get("to_roll"), list) and isinstance(report.get("staying"), list):
+            roll, stay = len(report["to_roll"]), len(report["staying"])
+            plan = (f"; {roll} of {roll + stay} selected node(s) would roll in {len(report.get('stages') or [])} "
+                    "stage(s)")
+        elif playbook == "rollout" and report.get("headline"):
+            plan = f"; {_reason(report['headline'])}"
+        return f"cluster {name}: nothing changed{plan}", f"ansible-playbook {playbook}.yml without --check"
     if playbook in ("adopt-cluster", "add-nodes"):
         joined = nodes.get("joined", 0)
         head = f"cluster {name} adopted" if playbook == "adopt-cluster" else f"cluster {name}: {joined} node(s) joined by this run"

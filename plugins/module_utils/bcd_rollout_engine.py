@@ -416,7 +416,9 @@ class Rollout:
                         f"roll in {len(stages)} stage(s)" + (f" ({per_stage})" if stages else "")
                         + f", {len(stay)} stay as they are"
                         + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
-                           f"{', '.join(losing)}" if losing else ""))
+                           f"{', '.join(losing)}" if losing else "")
+                        # the one line that names the new image in full; progress lines name it short
+                        + (f"; new image {self.inv.bcd_image}" if current != self.inv.bcd_image else ""))
         rows = []
         for name in losing:
             pod = pods.get(name)
@@ -882,7 +884,8 @@ class Rollout:
                 names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])
                 if len(failed) > FAILED_IN_MSG:
                     names += f"; and {len(failed) - FAILED_IN_MSG} more node(s)"
-                back_to = from_image if from_image != target else f"the previous pod template (image {from_image})"
+                back_to = (short_ref(from_image) if from_image != target
+                           else f"the previous pod template (image {short_ref(from_image)})")
                 first = stages_out[len([s for s in stages_out if s["outcome"] == "passed"])]["name"]
                 if self.inv.bcd_rollout_rollback:
                     rollback = self.rollback(previous, prev_ds, rolled, baseline, timings)

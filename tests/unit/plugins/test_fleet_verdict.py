@@ -86,7 +86,16 @@ def test_a_locked_rollout_says_to_wait_for_the_holder():
 def test_check_mode_says_nothing_changed_and_to_run_without_check():
     hv = {"c": {"adopt_cluster": "c", "bcd_daemonset_report": {"selected": 2, "reporting": 0}}}
     assert verdict(hv, "adopt-cluster", check_mode=True) == (
-        "adopt-cluster --check: cluster c: --check, nothing changed; next: ansible-playbook adopt-cluster.yml without --check")
+        "adopt-cluster --check: cluster c: nothing changed; next: ansible-playbook adopt-cluster.yml without --check")
+
+
+def test_check_mode_of_a_rollout_counts_its_plan():
+    plan = {"result": "planned", "headline": "rollout a -> b: ...", "to_roll": ["n1", "n2"], "staying": ["n3"],
+            "stages": [{"name": "canary"}, {"name": "batch 1"}], "failed_nodes": [], "nodes": []}
+    hv = {"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": plan}}
+    assert verdict(hv, "rollout", check_mode=True) == (
+        "rollout --check: cluster c: nothing changed; 2 of 3 selected node(s) would roll in 2 stage(s); "
+        "next: ansible-playbook rollout.yml without --check")
 
 
 @pytest.mark.parametrize(("playbook", "facts", "line"), [
