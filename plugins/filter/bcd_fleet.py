@@ -331,7 +331,7 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         if playbook == "doctor" and "isolated" in nodes and nodes["isolated"] < nodes.get("selected", 0):
             return line, "ansible-playbook gpu-stack.yml (it configures GPU isolation), then ansible-playbook doctor.yml again"
         return line, f"fix {_failure_reason(rec)}, then {_again(playbook)}"
-    if check_mode and playbook not in ("audit", "doctor", "render"):
+    if check_mode and playbook not in ("audit", "doctor"):
         plan = ""
         if playbook == "rollout" and isinstance(report.get("to_roll"), list) and isinstance(report.get("staying"), list):
             roll, stay = len(report["to_roll"]), len(report["staying"])
@@ -395,7 +395,7 @@ def bcd_fleet_verdict(records: list[dict], playbook: str, check_mode: bool = Fal
     failed = [r for r in records if r["failure"] and r["result"] != "not started"]
     unstarted = [r for r in records if r["result"] == "not started"]
     ok = [r for r in records if not r["failure"]]
-    word = "checked, nothing changed" if check_mode and playbook not in ("audit", "doctor", "render") else _DONE[playbook]
+    word = "checked, nothing changed" if check_mode and playbook not in ("audit", "doctor") else _DONE[playbook]
     parts = [f"{len(ok)} of {len(records)} clusters {word}"]
     counted = [_nodes(r) for r in ok if "selected" in _nodes(r) and "reporting" in _nodes(r)]
     if counted and playbook in ("adopt-cluster", "add-nodes") and not check_mode:
@@ -416,7 +416,7 @@ def bcd_fleet_verdict(records: list[dict], playbook: str, check_mode: bool = Fal
     for r, _line, nxt in verdicts:
         if not r["failure"] and nxt and not check_mode:
             steps.append(f"{nxt} -l {r['host']}" if nxt.endswith(".yml") else f"on {r['cluster']}: {nxt}")
-    if check_mode and not failed and playbook not in ("audit", "doctor", "render"):
+    if check_mode and not failed and playbook not in ("audit", "doctor"):
         steps.append(f"ansible-playbook {playbook}.yml without --check")
     return f"{playbook}{mode}: " + "; ".join(parts) + (f"; next: {'; and '.join(steps)}" if steps else "")
 

@@ -141,3 +141,12 @@ def test_a_verdict_is_never_success_for_a_failed_cluster():
 
 def test_no_cluster_ran():
     assert bcd_fleet_verdict([], "audit") == "audit: no cluster ran (check the inventory's group clusters and --limit)"
+
+
+def test_a_render_under_check_writes_nothing_and_does_not_say_rendered():
+    hv = {"c": {"bcd_daemonset_render": {"dest": "/out/c.json", "config": {}}}}
+    assert verdict(hv, "render", check_mode=True) == (
+        "render --check: cluster c: nothing changed; next: ansible-playbook render.yml without --check")
+    # read-only playbooks judge the same under --check
+    iso = {"c": {"gpu_stack_verify_cluster": {"passed": True, "nodes": [{"verdict": "isolated"}]}}}
+    assert verdict(iso, "doctor", check_mode=True) == "doctor --check: cluster c: 1 of 1 selected nodes isolated"
