@@ -401,6 +401,15 @@ def bcd_fleet_verdict(records: list[dict], playbook: str, check_mode: bool = Fal
     if counted and playbook in ("adopt-cluster", "add-nodes") and not check_mode:
         parts[0] += (f": {sum(n['reporting'] for n in counted)} of {sum(n['selected'] for n in counted)} selected "
                      "nodes report to the control plane")
+    isolated = [_nodes(r) for r in ok if "isolated" in _nodes(r)]
+    if isolated and playbook in ("doctor", "gpu-stack"):
+        parts[0] += (f": {sum(n['isolated'] for n in isolated)} of {sum(n['selected'] for n in isolated)} selected "
+                     "nodes isolated")
+    audited = [_nodes(r) for r in ok if "checks" in _nodes(r)]
+    if audited and playbook == "audit":
+        bad = sum(n["failed_checks"] for n in audited)
+        parts[0] += (f": {bad} of {sum(n['checks'] for n in audited)} checks FAILED" if bad
+                     else f": all {sum(n['checks'] for n in audited)} checks passed")
     if failed:
         parts.append("FAILED: " + ", ".join(r["cluster"] for r in failed))
     if unstarted:

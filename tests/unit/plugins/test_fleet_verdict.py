@@ -150,3 +150,11 @@ def test_a_render_under_check_writes_nothing_and_does_not_say_rendered():
     # read-only playbooks judge the same under --check
     iso = {"c": {"gpu_stack_verify_cluster": {"passed": True, "nodes": [{"verdict": "isolated"}]}}}
     assert verdict(iso, "doctor", check_mode=True) == "doctor --check: cluster c: 1 of 1 selected nodes isolated"
+
+
+def test_several_clusters_audited_count_the_failed_checks_and_name_where():
+    hv = {"east": {"audit_cluster": "east", "audit_result": {"results": [{"ok": True}, {"ok": False}]}},
+          "west": {"audit_cluster": "west", "audit_result": {"results": [{"ok": True}] * 3}}}
+    assert verdict(hv, "audit") == (
+        "audit: 2 of 2 clusters audited: 1 of 5 checks FAILED; next: on east: fix what the table above names, "
+        "then ansible-playbook audit.yml again")
