@@ -135,8 +135,10 @@ class CallbackModule(DefaultCallback):
         # say so, from the recap's counts
         hosts = sorted(h for h in stats.processed if stats.failures.get(h) or stats.dark.get(h))
         if hosts and self._playbook.replace("_", "-") in _PLAYBOOKS:
+            # a root file (adopt-cluster.yml) by its name, playbooks/adopt_cluster.yml by its FQCN
+            again = self._playbook if "_" not in self._playbook else f"bcd.kubernetes.{self._playbook[:-4]}"
             self._display.display(f"{self._playbook}: FAILED on {', '.join(hosts)} before its summary; next: fix the "
-                                  f"error above, then ansible-playbook {self._playbook} again", color=C.COLOR_ERROR)
+                                  f"error above, then ansible-playbook {again} again", color=C.COLOR_ERROR)
 
     def v2_runner_on_ok(self, result):
         if not self._quiet():
