@@ -118,6 +118,9 @@ def _audit(hv, rec):
     if checks:
         failed = [c for c in checks if not c.get("ok")]
         rec["nodes"] = {"checks": len(checks), "failed_checks": len(failed)}
+        paths = _get(hv, "audit_result", "host_paths")
+        if paths:  # extra host paths come first, in the verdict too
+            rec["nodes"]["extra_host_paths"] = _count(paths)
         rec["detail"] = f"{len(failed)} of {len(checks)} check(s) failed"
     err = _get(hv, "audit_error", "message")
     if err and not rec["failure"]:
@@ -372,7 +375,9 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         if "checks" not in nodes:
             return f"cluster {name}: no check ran", None
         if nodes["failed_checks"]:
-            return (f"cluster {name}: {nodes['failed_checks']} of {nodes['checks']} checks FAILED",
+            paths = nodes.get("extra_host_paths")
+            return (f"cluster {name}: {nodes['failed_checks']} of {nodes['checks']} checks FAILED"
+                    + (f", {paths} EXTRA HOST PATH(S)" if paths else ""),
                     f"fix what the table above names, then {_again(playbook)}")
         return f"cluster {name}: all {nodes['checks']} checks passed", None
     if playbook == "release-cluster":

@@ -158,3 +158,9 @@ def test_several_clusters_audited_count_the_failed_checks_and_name_where():
     assert verdict(hv, "audit") == (
         "audit: 2 of 2 clusters audited: 1 of 5 checks FAILED; next: on east: fix what the table above names, "
         "then ansible-playbook audit.yml again")
+
+
+def test_an_audit_verdict_counts_extra_host_paths_first():
+    hv = {"c": {"audit_cluster": "c", "audit_result": {"results": [{"ok": False}, {"ok": True}],
+                                                       "host_paths": ["EXTRA HOST PATH / (volume host-root ...)"]}}}
+    assert verdict(hv, "audit").startswith("audit: cluster c: 1 of 2 checks FAILED, 1 EXTRA HOST PATH(S); next: ")
