@@ -7,7 +7,8 @@
 2. This script adds a page per playbook (from its header comment, as antsibull-docs documents
    no playbooks) and the guides: the README cut at its `##` sections, docs/*.md as they are, and
    the READMEs of GUIDES_ELSEWHERE (the test bed's).
-   Backticked names of a guide, a playbook or a module become links to its page.
+   Backticked names of a guide, a playbook or a module become links to its page. The index leads
+   with the guides (START_HERE, GUIDE_ORDER), then the reference, then the changelog.
 3. Sphinx (docs/site/conf.py) renders it all; any warning fails the build.
 
 Usage: build_site.py [--if-stale]   (--if-stale: do nothing when out/docs is newer than its sources)
@@ -46,6 +47,24 @@ INPUTS = [
 GUIDES_ELSEWHERE = {"sandbox/README.md": "sandbox"}
 
 FENCE = re.compile(r"^\s*(```|~~~)")
+
+# The index leads with what an operator comes for: these tasks, each a link to the guide and
+# heading that answers it (None: the page's top); a heading that is no longer there fails the build.
+START_HERE = [
+    ("Adopt a cluster", "using-it-on-your-cluster", None),
+    ("Schedule rollouts (AWX/AAP, a systemd timer, CI)", "scheduling", None),
+    ("Roll to a new image", "operations", "Rollouts and later nodes (rollout.yml, add-nodes.yml)"),
+    ("Audit a cluster", "operations", "Audit and release (audit.yml, release-cluster.yml)"),
+    ("Release a cluster", "operations", "Audit and release (audit.yml, release-cluster.yml)"),
+    ("Troubleshooting: what the last line says, and what to run next", "troubleshooting", None),
+]
+# The guides in a reader's order: an operator's first (install, adopt, operate, schedule, fix),
+# then the rest as "Background". A guide not named here is background, so none is left out.
+GUIDE_ORDER = [
+    "overview", "two-commands", "install", "using-it-on-your-cluster", "operations", "scheduling", "troubleshooting",
+    "reports", "variables", "gpu-stack", "controller", "execution-environment", "use-from-your-own-playbooks",
+    "what-is-in-it", "where-the-rest-is",
+]
 
 
 def sources() -> list[Path]:
@@ -268,25 +287,90 @@ def playbook_pages(modules: list[str]) -> dict[str, tuple[str, str]]:
     return pages
 
 
-# --- the index: the playbooks and the guides after antsibull-docs' plugin and role indexes -----
+# --- the index: the guides first, then the reference (playbooks, modules, roles, plugins), then
+# the changelog -----------------------------------------------------------------------------------
 
-def index_sections(playbooks: dict[str, tuple[str, str]], guides: list[tuple[str, str]]) -> str:
+LABEL = re.compile(r"^\.\. _([A-Za-z0-9_.-]+):$", flags=re.M)
+
+
+def index_blocks(text: str) -> tuple[str, dict[str, str]]:
+    """antsibull-docs' index.rst as (the text before its first section label, label -> the block
+    that starts with it and runs to the next label)."""
+    starts = [m.start() for m in LABEL.finditer(text)]
+    head = text[:starts[1]] if len(starts) > 1 else text  # the first label is the page's own
+    blocks = {}
+    for i, start in enumerate(starts[1:], 1):
+        end = starts[i + 1] if i + 1 < len(starts) else len(text)
+        blocks[LABEL.match(text, start).group(1)] = text[start:end]
+    return head, blocks
+
+
+def relevel(block: str, title: str) -> str:
+    """A section of the index one level down (its title ``title``), under the Reference section."""
+    lines = block.splitlines()
+    for i in range(1, len(lines)):
+        if re.fullmatch(r"-{3,}", lines[i]) and lines[i - 1].strip():
+            lines[i - 1], lines[i] = title, "~" * len(title)
+            break
+    return "\n".join(lines) + "\n"
+
+
+def start_here(texts: dict[str, str]) -> list[str]:
+    """The index's first list: each task, a link to its guide (and heading)."""
+    lines = []
+    for words, page, heading in START_HERE:
+        text = texts.get(page)
+        if text is None:
+            raise SystemExit(f"build_site: START_HERE names guide {page!r}, which does not exist")
+        if heading is None:
+            lines.append(f"* :doc:`{words} <guides/{page}>`")
+            continue
+        if not re.search(rf"^#{{1,3}} {re.escape(heading)}$", text, flags=re.M):
+            raise SystemExit(f"build_site: START_HERE names heading {heading!r} of guide {page!r}, which has none")
+        lines.append(f"* `{words} <guides/{page}.html#{gh_slug(heading)}>`__")
+    return lines
+
+
+def arrange_index(text: str, playbooks: dict[str, tuple[str, str]], guides: list[tuple[str, str]],
+                  texts: dict[str, str]) -> str:
+    """The index as a reader takes it: the guides (the tasks first), then the reference - the
+    playbooks, the modules, the roles, the other plugins - then the changelog."""
+    head, blocks = index_blocks(text)
+    known = {page for page, _ in guides}
+    first = [p for p in GUIDE_ORDER if p in known]
+    rest = sorted(known - set(first))
+    titles = dict(guides)
     lines = [
-        "", ".. _ansible_collections.bcd.kubernetes.docsite.playbooks:", "", "Playbooks", "---------", "",
-        f"The playbooks of the {COLLECTION} collection, each runnable by its FQCN "
-        f"(``ansible-playbook {COLLECTION}.rollout``) or from a checkout (``ansible-playbook rollout.yml``):", "",
+        "", ".. _ansible_collections.bcd.kubernetes.docsite.guides:", "", "Guides", "------", "",
+        "Start here:", "", *start_here(texts), "",
+        ".. toctree::", "    :maxdepth: 1", "", *[f"    {titles[p]} <guides/{p}>" for p in first], "",
+        "Background: how it is built and tested, what it was measured at, the API it talks to:", "",
+        ".. toctree::", "    :maxdepth: 1", "", *[f"    {titles[p]} <guides/{p}>" for p in rest], "",
+    ]
+    lines += [
+        "", ".. _plugin_index_for_bcd.kubernetes:", "", "Reference", "---------", "",
+        f"Every playbook, module, role and plugin of the {COLLECTION} collection, each with every option.", "",
+        ".. _ansible_collections.bcd.kubernetes.docsite.playbooks:", "", "Playbooks", "~~~~~~~~~", "",
+        f"Each runnable by its FQCN (``ansible-playbook {COLLECTION}.rollout``) or from a checkout "
+        "(``ansible-playbook rollout.yml``):", "",
     ]
     for stem, (name, _) in playbooks.items():
         lines.append(f"* :doc:`{stem} playbook <playbooks/{stem}>` -- {name}")
     lines += ["", ".. toctree::", "    :maxdepth: 1", "    :hidden:", ""]
     lines += [f"    playbooks/{stem}" for stem in playbooks]
-    lines += [
-        "", ".. _ansible_collections.bcd.kubernetes.docsite.guides:", "", "Guides", "------", "",
-        "The README's sections, the notes of ``docs/`` and the test bed's README:", "",
-        ".. toctree::", "    :maxdepth: 1", "",
-    ]
-    lines += [f"    {title} <guides/{page}>" for page, title in guides]
-    return "\n".join(lines) + "\n"
+    out = head.rstrip() + "\n" + "\n".join(lines) + "\n\n"
+    plugins = [label for label in blocks if label.endswith("_plugins_in_bcd.kubernetes") and label != "role_plugins_in_bcd.kubernetes"]
+    modules = [label for label in plugins if label.startswith("module_")]
+    order = modules + (["role_plugins_in_bcd.kubernetes"] if "role_plugins_in_bcd.kubernetes" in blocks else [])
+    order += [label for label in plugins if label not in modules]
+    for label in order:
+        block = blocks[label]
+        out += relevel(block, "Roles") if label == "role_plugins_in_bcd.kubernetes" else block
+    left = [label for label in blocks if label not in order and label not in ("plugin_index_for_bcd.kubernetes",
+                                                                               "changelog_section_for_bcd.kubernetes")]
+    for label in left:  # a section antsibull-docs adds one day: kept, before the changelog
+        out += blocks[label]
+    return out.rstrip() + "\n\n" + blocks.get("changelog_section_for_bcd.kubernetes", "").rstrip() + "\n"
 
 
 def run(cmd: list[str], env: dict[str, str]) -> None:
@@ -343,7 +427,7 @@ def main() -> int:
     for stem, (_, text) in playbooks.items():
         (SRC / "playbooks" / f"{stem}.md").write_text(text)
     index = SRC / "index.rst"
-    index.write_text(index.read_text() + index_sections(playbooks, guides))
+    index.write_text(arrange_index(index.read_text(), playbooks, guides, texts))
 
     run([str(BIN / "sphinx-build"), "-b", "html", "-q", "-W", "--keep-going", "-c", str(ROOT / "docs" / "site"),
          "-d", str(DOCTREES), str(SRC), str(OUT)], env)

@@ -5,6 +5,8 @@ failure printed once."""
 
 from __future__ import annotations
 
+import os
+
 DOCUMENTATION = r"""
 ---
 name: concise
@@ -24,6 +26,9 @@ description:
     later failure of the same host whose message repeats an earlier one's (the last play of a
     playbook fails each failed cluster, naming the first failure) shows the repeat as
     C((the error above)).
+  - The playbook's verdict (the last play's one line - what happened, to how many nodes, and the
+    next command when anything is left or failed) is printed last, after the recap. A run that
+    failed before its last play ends with a line that says so, naming the failed hosts.
   - With C(-v) or more the output is the default callback's with C(display_ok_hosts) true (every ok
     task prints); with C(display_ok_hosts) true (C(ANSIBLE_DISPLAY_OK_HOSTS=true)) it is the default
     callback's.
@@ -42,6 +47,9 @@ from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils import bcd_compat
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import preload
 
+# the collection's playbooks (root files, and playbooks/*.yml): each ends with its verdict
+_PLAYBOOKS = frozenset(f"{name}.yml" for name in ("adopt-cluster", "add-nodes", "rollout", "audit", "doctor",
+                                                    "gpu-stack", "render", "release-cluster"))
 # a repeat shorter than this is not worth a reference (a word, "failed")
 _MIN_REPEAT = 40
 
@@ -69,6 +77,9 @@ class CallbackModule(DefaultCallback):
         super().__init__()
         self._show_ok = False
         self._failures: dict[str, list[str]] = {}
+        # the run's verdict (roles/fleet sets fleet_verdict, then prints it), held for the end
+        self._verdict: str | None = None
+        self._playbook = "the playbook"
         # the default callback's own helpers this class calls: on an ansible-core where they are
         # not as expected (or untested), it prints as the default callback, and says so once
         self._unavailable = bcd_compat.callback_unavailable(self)
@@ -99,9 +110,43 @@ class CallbackModule(DefaultCallback):
         finally:
             self._show_ok = False
 
+    def v2_playbook_on_start(self, playbook):
+        self._verdict = None
+        self._playbook = os.path.basename(getattr(playbook, "_file_name", "") or "") or "the playbook"
+        return super().v2_playbook_on_start(playbook)
+
+    def _held(self, result) -> bool:
+        """Whether ``result`` sets or prints the run's verdict, which is printed last (held here)."""
+        res = result.result
+        facts = res.get("ansible_facts") if isinstance(res, dict) else None
+        if isinstance(facts, dict) and isinstance(facts.get("fleet_verdict"), str):
+            self._verdict = facts["fleet_verdict"]
+            return True
+        return self._verdict is not None and res.get("msg") == self._verdict
+
+    def v2_playbook_on_stats(self, stats):
+        super().v2_playbook_on_stats(stats)
+        if not self._quiet():
+            return  # the verdict was printed where its task ran
+        if self._verdict is not None:
+            failed = " FAILED" in self._verdict or " NOT " in self._verdict
+            color = C.COLOR_ERROR if failed else C.COLOR_WARN if "; next:" in self._verdict else C.COLOR_OK
+            self._display.display(self._verdict, color=color)
+            return
+        # one of the collection's playbooks whose last play did not run (a failure no play noted):
+        # say so, from the recap's counts
+        hosts = sorted(h for h in stats.processed if stats.failures.get(h) or stats.dark.get(h))
+        if hosts and self._playbook.replace("_", "-") in _PLAYBOOKS:
+            # a root file (adopt-cluster.yml) by its name, playbooks/adopt_cluster.yml by its FQCN
+            again = self._playbook if "_" not in self._playbook else f"bcd.kubernetes.{self._playbook[:-4]}"
+            self._display.display(f"{self._playbook}: FAILED on {', '.join(hosts)} before its summary; next: fix the "
+                                  f"error above, then ansible-playbook {again} again", color=C.COLOR_ERROR)
+
     def v2_runner_on_ok(self, result):
         if not self._quiet():
             return super().v2_runner_on_ok(result)
+        if self._held(result):
+            return None
         if isinstance(result.task, TaskInclude):
             return None  # "included:" says nothing an operator acts on
         if self._says(result) or (result.task.loop and any(self._says_item(r) for r in result.result.get("results") or [])):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import REPORT_SCHEMA_VERSION
+
 _CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
 # Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
 # --limit or after an earlier play failed it, has none of them).
@@ -116,6 +118,9 @@ def _audit(hv, rec):
     if checks:
         failed = [c for c in checks if not c.get("ok")]
         rec["nodes"] = {"checks": len(checks), "failed_checks": len(failed)}
+        paths = _get(hv, "audit_result", "host_paths")
+        if paths:  # extra host paths come first, in the verdict too
+            rec["nodes"]["extra_host_paths"] = _count(paths)
         rec["detail"] = f"{len(failed)} of {len(checks)} check(s) failed"
     err = _get(hv, "audit_error", "message")
     if err and not rec["failure"]:
@@ -232,7 +237,7 @@ def bcd_kube_source(hostvars, host) -> str:
 
 def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> list[dict]:
     """``[{path, document}]``: one JSON document for each ``bcd_report_out`` several clusters
-    share, ``{"playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
+    share, ``{"schema_version", "playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
     by_path: dict[str, list[dict]] = {}
     for r in records:
         if r["report_out"] and r["playbook"] != "audit":
@@ -244,13 +249,194 @@ def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> li
         failed = [r["cluster"] for r in group if r["failure"]]
         clusters = [{k: v for k, v in r.items() if k != "report_out"} for r in group]
         out.append({"path": path, "document": {
-            "playbook": group[0]["playbook"], "finished_at": finished_at, "passed": not failed, "failed": failed,
+            "schema_version": REPORT_SCHEMA_VERSION, "playbook": group[0]["playbook"], "finished_at": finished_at, "passed": not failed, "failed": failed,
             "summary": bcd_fleet_lines(group), "clusters": clusters}})
     return out
+
+
+# --- the verdict: the run's last line ----------------------------------------------------------
+
+# what an ok cluster was, by playbook (the verdict of several clusters counts them)
+_DONE = {"adopt-cluster": "adopted", "add-nodes": "joined", "rollout": "rolled", "doctor": "checked",
+         "gpu-stack": "configured", "audit": "audited", "release-cluster": "released", "render": "rendered"}
+# a failure's reason in the next step is cut here (the whole reason is printed above it)
+_REASON_MAX = 120
+
+
+def _reason(text) -> str:
+    """A failure's reason, short enough for the verdict line: folded, cut at a word."""
+    folded = " ".join(str(text or "").split()).removeprefix("Task failed: ") or "the error above"
+    for tail in ("; the reason is above", " (the error is above)", " (the reason is above)"):
+        folded = folded.removesuffix(tail)
+    if len(folded) <= _REASON_MAX:
+        return folded
+    return folded[:_REASON_MAX].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+
+
+def _short_image(image) -> str:
+    """An image as the verdict names it: its last path component, the digest's first 12 hex."""
+    name = str(image or "?").rsplit("/", 1)[-1]
+    ref, at, dig = name.partition("@")
+    algo, _, hexes = dig.partition(":")
+    return f"{ref}@{algo}:{hexes[:12]}" if at and hexes else name
+
+
+def _nodes(rec) -> dict:
+    return rec.get("nodes") if isinstance(rec.get("nodes"), Mapping) else {}
+
+
+def _again(playbook: str, hosts: list[str] | None = None) -> str:
+    limit = f" -l {','.join(hosts)}" if hosts else ""
+    return f"ansible-playbook {playbook}.yml{limit} again"
+
+
+def _failure_reason(rec) -> str:
+    """Why a cluster failed, in the fewest words that are true: a rollout's first failed node and
+    why (its play's own failure only says that the rollout did not complete), else the failure."""
+    report = rec.get("report") if isinstance(rec.get("report"), Mapping) else {}
+    failed = [f for f in report.get("failed_nodes") or [] if isinstance(f, Mapping)]
+    if rec["playbook"] == "rollout" and failed:
+        more = f" (and {len(failed) - 1} more node(s))" if len(failed) > 1 else ""
+        return _reason(f"{failed[0].get('node')}: {failed[0].get('why')}") + more
+    if rec["playbook"] == "rollout" and report.get("result") in ("refused", "locked") and report.get("headline"):
+        return _reason(report["headline"])
+    return _reason(str(rec.get("failure") or "").split(": ", 1)[-1])
+
+
+def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
+    """(what happened to one cluster, the next command or None), from its record."""
+    playbook, name, nodes = rec["playbook"], rec["cluster"], _nodes(rec)
+    report = rec.get("report") if isinstance(rec.get("report"), Mapping) else {}
+    counted = "selected" in nodes and "reporting" in nodes
+    reports = (f"{nodes['reporting']} of {nodes['selected']} selected nodes report to the control plane"
+               if counted else None)
+    if rec["result"] == "not started":
+        return f"cluster {name} not started ({_reason(rec.get('failure', '').split(': ', 1)[-1])})", None
+    if rec["failure"]:
+        what = {"adopt-cluster": "NOT adopted", "add-nodes": "nodes NOT joined", "rollout": "rollout FAILED",
+                "release-cluster": "NOT released", "render": "NOT rendered"}.get(playbook, "FAILED")
+        if playbook == "rollout" and report.get("result") == "rolled_back":
+            what = "rollout FAILED and was rolled back"
+        elif playbook == "rollout" and report.get("result") == "rollback_failed":
+            what = "rollout FAILED and its rollback did not complete"
+        elif playbook == "rollout" and report.get("result") in ("refused", "locked"):
+            what = "rollout not started"
+        # the failed task is named above (its fatal line and the summary): the reason is what to fix
+        line = f"cluster {name} {what}" + (f"; {reports}" if reports else "")
+        if "isolated" in nodes:
+            line += f"; {nodes['isolated']} of {nodes.get('selected', 0)} selected nodes isolated"
+        if playbook == "audit":  # its record's failure is the audit's own error, not a task's
+            line = f"cluster {name}: {_reason(rec['failure'])}"
+        if playbook == "rollout" and report.get("result") == "locked":
+            holder = report.get("holder")
+            return line, (f"wait for the run that holds the cluster's lock{f' ({holder})' if holder else ''} to finish, "
+                          f"then {_again(playbook)}")
+        if playbook == "doctor" and "isolated" in nodes and nodes["isolated"] < nodes.get("selected", 0):
+            return line, "ansible-playbook gpu-stack.yml (it configures GPU isolation), then ansible-playbook doctor.yml again"
+        return line, f"fix {_failure_reason(rec)}, then {_again(playbook)}"
+    if check_mode and playbook not in ("audit", "doctor"):
+        plan = ""
+        if playbook == "rollout" and isinstance(report.get("to_roll"), list) and isinstance(report.get("staying"), list):
+            roll, stay = len(report["to_roll"]), len(report["staying"])
+            plan = (f"; {roll} of {roll + stay} selected node(s) would roll in {len(report.get('stages') or [])} "
+                    "stage(s)")
+        elif playbook == "rollout" and report.get("headline"):
+            plan = f"; {_reason(report['headline'])}"
+        return f"cluster {name}: nothing changed{plan}", f"ansible-playbook {playbook}.yml without --check"
+    if playbook in ("adopt-cluster", "add-nodes"):
+        joined = nodes.get("joined", 0)
+        head = f"cluster {name} adopted" if playbook == "adopt-cluster" else f"cluster {name}: {joined} node(s) joined by this run"
+        if not counted:
+            return f"{head} (no node report was read)", None
+        if playbook == "adopt-cluster" and joined:
+            reports += f", {joined} joined by this run"
+        left = nodes["selected"] - nodes["reporting"]
+        return f"{head}: {reports}", ("ansible-playbook add-nodes.yml" if left > 0 else None)
+    if playbook == "rollout":
+        result = report.get("result")
+        to = _short_image((report.get("to") or {}).get("image"))
+        if result == "succeeded" and not nodes.get("rolled"):
+            return f"cluster {name}: applied on {to}; the pod template did not change, so no node rolled", None
+        if result == "succeeded":
+            return (f"cluster {name} rolled to {to}: {nodes.get('rolled', 0)} of {nodes.get('selected', 0)} selected "
+                    "node(s) rolled"), None
+        if result == "unchanged":
+            return f"cluster {name} already runs {to} and is healthy: nothing to roll", None
+        return f"cluster {name}: {_reason(report.get('headline') or result or 'no rollout report')}", None
+    if playbook in ("doctor", "gpu-stack"):
+        if "isolated" not in nodes:
+            return f"cluster {name}: no isolation verdict was registered", None
+        line = f"cluster {name}: {nodes['isolated']} of {nodes['selected']} selected nodes isolated"
+        if nodes["isolated"] < nodes["selected"]:
+            return line, ("fix the findings the table above names (ansible-playbook gpu-stack.yml applies the "
+                          "settings), then ansible-playbook doctor.yml")
+        return line, None
+    if playbook == "audit":
+        if "checks" not in nodes:
+            return f"cluster {name}: no check ran", None
+        if nodes["failed_checks"]:
+            paths = nodes.get("extra_host_paths")
+            return (f"cluster {name}: {nodes['failed_checks']} of {nodes['checks']} checks FAILED"
+                    + (f", {paths} EXTRA HOST PATH(S)" if paths else ""),
+                    f"fix what the table above names, then {_again(playbook)}")
+        return f"cluster {name}: all {nodes['checks']} checks passed", None
+    if playbook == "release-cluster":
+        if "removed" not in nodes:
+            return f"cluster {name} released", None
+        return f"cluster {name} released: {nodes['removed']} node(s) removed from the control plane", None
+    return f"cluster {name} {rec['detail'] or 'rendered'}", None
+
+
+def bcd_fleet_verdict(records: list[dict], playbook: str, check_mode: bool = False) -> str:
+    """The run's last line: what happened, to how many clusters and nodes, and, when anything is
+    left or failed, the next command. Derived from the records only (bcd_fleet_records)."""
+    if not records:
+        return f"{playbook}: no cluster ran (check the inventory's group clusters and --limit)"
+    mode = " --check" if check_mode else ""
+    if len(records) == 1:
+        line, nxt = _cluster_verdict(records[0], check_mode)
+        return f"{playbook}{mode}: {line}" + (f"; next: {nxt}" if nxt else "")
+    verdicts = [(r, *_cluster_verdict(r, check_mode)) for r in records]
+    failed = [r for r in records if r["failure"] and r["result"] != "not started"]
+    unstarted = [r for r in records if r["result"] == "not started"]
+    ok = [r for r in records if not r["failure"]]
+    word = "checked, nothing changed" if check_mode and playbook not in ("audit", "doctor") else _DONE[playbook]
+    parts = [f"{len(ok)} of {len(records)} clusters {word}"]
+    counted = [_nodes(r) for r in ok if "selected" in _nodes(r) and "reporting" in _nodes(r)]
+    if counted and playbook in ("adopt-cluster", "add-nodes") and not check_mode:
+        parts[0] += (f": {sum(n['reporting'] for n in counted)} of {sum(n['selected'] for n in counted)} selected "
+                     "nodes report to the control plane")
+    isolated = [_nodes(r) for r in ok if "isolated" in _nodes(r)]
+    if isolated and playbook in ("doctor", "gpu-stack"):
+        parts[0] += (f": {sum(n['isolated'] for n in isolated)} of {sum(n['selected'] for n in isolated)} selected "
+                     "nodes isolated")
+    audited = [_nodes(r) for r in ok if "checks" in _nodes(r)]
+    if audited and playbook == "audit":
+        bad = sum(n["failed_checks"] for n in audited)
+        parts[0] += (f": {bad} of {sum(n['checks'] for n in audited)} checks FAILED" if bad
+                     else f": all {sum(n['checks'] for n in audited)} checks passed")
+    if failed:
+        parts.append("FAILED: " + ", ".join(r["cluster"] for r in failed))
+    if unstarted:
+        parts.append("not started: " + ", ".join(r["cluster"] for r in unstarted))
+    steps = []
+    if failed or unstarted:
+        hosts = [r["host"] for r in failed + unstarted]
+        first = failed[0] if failed else unstarted[0]
+        why = (f"fix what failed on {first['cluster']} ({_failure_reason(first)})" if failed
+               else "fix what stopped the earlier wave")
+        steps.append(f"{why}, then {_again(playbook, hosts)}")
+    # what is left on clusters that did not fail (nodes to join, isolation, failed checks)
+    for r, _line, nxt in verdicts:
+        if not r["failure"] and nxt and not check_mode:
+            steps.append(f"{nxt} -l {r['host']}" if nxt.endswith(".yml") else f"on {r['cluster']}: {nxt}")
+    if check_mode and not failed and playbook not in ("audit", "doctor"):
+        steps.append(f"ansible-playbook {playbook}.yml without --check")
+    return f"{playbook}{mode}: " + "; ".join(parts) + (f"; next: {'; and '.join(steps)}" if steps else "")
 
 
 class FilterModule:
     def filters(self):
         return {"bcd_fleet_records": bcd_fleet_records, "bcd_fleet_lines": bcd_fleet_lines,
                 "bcd_fleet_shares_report": bcd_fleet_shares_report, "bcd_fleet_reports": bcd_fleet_reports,
-                "bcd_kube_source": bcd_kube_source}
+                "bcd_kube_source": bcd_kube_source, "bcd_fleet_verdict": bcd_fleet_verdict}

@@ -313,7 +313,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def trust_forecast(pool: dict) -> str:
-    """The trust a node joining ``pool`` with a hosted token will land with (seed: Trust).
+    """The trust a node joining ``pool`` with a hosted token will land with (the bcd DaemonSet specification, section Trust).
 
     ``tenant-owned`` on a tenant's own ``custom`` site; ``platform`` only when
     ``policy.kubernetes.platformOperated`` is true on a site that is not ``custom`` (the control

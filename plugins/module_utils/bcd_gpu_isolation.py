@@ -1,6 +1,6 @@
 """GPU isolation: prove, node by node, that bcd is the only source of GPUs on a node.
 
-Source: seed ``000_bcd-kubernetes-daemonset``, section "GPU isolation"
+Source: the bcd DaemonSet specification (``docs/spec/bcd-kubernetes-daemonset.md``), section "GPU isolation"
 (the ``.cdi`` variant of the NVIDIA container runtime is NOT excepted here: it also turns
 ``NVIDIA_VISIBLE_DEVICES`` into CDI device requests). The cases in
 ``tests/fixtures/gpu-isolation`` (and ``gpu-runtime-effective``) fix the verdicts.
@@ -90,7 +90,7 @@ OPERATOR_TOOLKIT_DIR = "/usr/local/nvidia/toolkit"
 OPERATOR_TOOLKIT_CONFIG = OPERATOR_TOOLKIT_DIR + "/.config/nvidia-container-runtime/config.toml"
 KNOWN_TOOLKIT_CONFIGS = (DEFAULT_TOOLKIT_CONFIG, OPERATOR_TOOLKIT_CONFIG)
 
-# Where container runtimes read their configuration (seed: "The toolkit the container runtime
+# Where container runtimes read their configuration (the bcd DaemonSet specification, section "The toolkit the container runtime
 # runs"; k3s/RKE2 templates and drop-in directories).
 RANCHER_DIRS = ("/var/lib/rancher/k3s/agent/etc/containerd", "/var/lib/rancher/rke2/agent/etc/containerd")
 RUNTIME_FILES = (
@@ -771,7 +771,8 @@ class NodeVerifier:
             self.notes.append(
                 "no CDI specification of kind nvidia.com/gpu in /etc/cdi or /var/run/cdi: bcd then hands GPUs "
                 "through NVIDIA_VISIBLE_DEVICES, which is safe only with the toolkit key false "
-                "(seed: CDI specs generated with --device-name-strategy=uuid)"
+                "(the bcd DaemonSet specification, section GPU isolation: CDI specs generated with "
+                "--device-name-strategy=uuid)"
             )
             return
         for p, names in specs:
@@ -1060,8 +1061,8 @@ def ready_of(findings: list[dict]) -> str:
 
 
 def readiness(node: dict, handler: str | None, gpu_api: str = "device-plugin") -> list[dict]:
-    """Readiness findings for one node result of :func:`verify_node_root` (seed: GPU isolation,
-    CDI specs generated with ``--device-name-strategy=uuid``; Host mounts for DRA).
+    """Readiness findings for one node result of :func:`verify_node_root` (the bcd DaemonSet
+    specification, section GPU isolation: CDI specs generated with ``--device-name-strategy=uuid``; Host mounts for DRA).
 
     ``handler``: the runtime handler bcd's RuntimeClass names (None: bcd's pod runs without one).
     It must be defined in every runtime configuration in effect that serves CRI (every candidate,
@@ -1270,14 +1271,14 @@ def _env_value(env: list, name: str):
 
 
 def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
-    """What a GPU operator ClusterPolicy lets out (Configure; seed: GPU isolation).
+    """What a GPU operator ClusterPolicy lets out (Configure; the bcd DaemonSet specification, section GPU isolation).
 
     Device plugin on (``spec.devicePlugin.enabled`` absent means on, the operator's default):
     exposed. NRI plugin on: exposed (it injects any CDI device a pod's annotation names). The
     operator's toolkit on without ``ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false``:
     exposed (it writes the default, true, into the toolkit's config.toml). In gpu-operator mode,
-    CDI off: unverifiable (devices would not arrive by CDI only; seed: CDI specs generated with
-    ``--device-name-strategy=uuid``).
+    CDI off: unverifiable (devices would not arrive by CDI only; the bcd DaemonSet specification,
+    section GPU isolation: CDI specs generated with ``--device-name-strategy=uuid``).
     """
     name = (policy.get("metadata") or {}).get("name", "?")
     where = f"ClusterPolicy/{name}"

@@ -20,6 +20,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
     table,
     verify_node_root,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import REPORT_SCHEMA_VERSION
 
 # The options of a node check (bcd_gpu_isolation_node; bcd_gpu_isolation's deprecated scope=node).
 NODE_OPTIONS = {
@@ -51,6 +52,7 @@ def judge_gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> d
     counts = summary(nodes)
     passed = bool(nodes) and all(n["verdict"] == ISOLATED and n.get("ready") != NOT_READY for n in nodes)
     report = {
+        "schema_version": REPORT_SCHEMA_VERSION,
         "cluster": cluster,
         "passed": passed,
         "enforce": enforce,

@@ -1,5 +1,5 @@
 """The bcd-ansible lock of a cluster: a coordination.k8s.io Lease whose holder identity names
-the user, host, ansible-playbook process and run that holds it (seed 000: one run at a time).
+the user, host, ansible-playbook process and run that holds it (one run at a time).
 
 Used by module bcd_lock (take, wait for, release) and by module bcd_rollout, which takes the
 lock and reads the fleet in one module run. Functions return the module result (a dict with

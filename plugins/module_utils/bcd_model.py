@@ -1,7 +1,8 @@
 """The inventory model: every ``bcd_*`` variable, its default and its rules, in one place.
 
 Every module of bcd-ansible validates its input with :func:`load`, so a value means the same
-in every playbook. The rules are those of the seed ``000_bcd-kubernetes-daemonset`` (sections
+in every playbook. The rules are those of the bcd DaemonSet specification,
+``docs/spec/bcd-kubernetes-daemonset.md`` (sections
 "Render the manifests and the join token" and "Generate the manifests from TypeScript": the
 flag and option tables, and what ``bcdDaemonSetManifests`` refuses; "Host mounts" for the
 kubelet credential rules) and of ``control-plane-api.md`` (Pins, Transport).
@@ -65,7 +66,7 @@ REGISTRY_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Z
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z")
 DURATION_RE = re.compile(r"^(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?\Z")
 
-# Host mounts (seed: Host mounts). Paths the kubelet-credential directories may not be: they
+# Host mounts (the bcd DaemonSet specification, section Host mounts). Paths the kubelet-credential directories may not be: they
 # hold more than the kubelet's own certificates.
 KUBELET_CERT_DIR_REFUSED = ("/", "/etc", "/etc/kubernetes", "/etc/kubernetes/pki", "/var", "/var/lib", "/var/lib/kubelet")
 # Control-plane kubeconfigs that must never be mounted as the kubelet's.
@@ -415,7 +416,8 @@ class HostPaths(_Strict):
             check_abs_path(p)
             for s in SENSITIVE_HOST_PATHS:
                 if _under(p, s) or _under(s, p):
-                    raise ValueError(f"{p!r} is, holds or lies under {s}, which is never mounted (seed: Host mounts)")
+                    raise ValueError(f"{p!r} is, holds or lies under {s}, which is never mounted "
+                                     "(the bcd DaemonSet specification, section Host mounts)")
             if p in FIXED_MOUNT_PATHS:
                 raise ValueError(f"{p!r} is already a mount of the DaemonSet")
         return v
@@ -435,7 +437,8 @@ class HostPaths(_Strict):
 
 
 class KubeletCredentials(_Strict):
-    """The kubelet's kubeconfig and client-certificate directories (seed: Host mounts, API access)."""
+    """The kubelet's kubeconfig and client-certificate directories (the bcd DaemonSet specification,
+    sections Host mounts and API access)."""
 
     preset: str | None = None
     kubeconfig: str
@@ -459,7 +462,8 @@ class KubeletCredentials(_Strict):
             if d in KUBELET_CERT_DIR_REFUSED or (_under(d, "/var/lib/kubelet") and not _under(d, "/var/lib/kubelet/pki")):
                 raise ValueError(
                     f"{d!r} holds more than the kubelet's certificates; refused are /, /etc, /etc/kubernetes, "
-                    "/etc/kubernetes/pki, /var, /var/lib, /var/lib/kubelet and anything under it but pki (seed: Host mounts)"
+                    "/etc/kubernetes/pki, /var, /var/lib, /var/lib/kubelet and anything under it but pki "
+                    "(the bcd DaemonSet specification, section Host mounts)"
                 )
         if len(set(v)) != len(v):
             raise ValueError("a directory is named twice")
@@ -476,7 +480,7 @@ class Inventory(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
-    # What the manifests are made of (seed: flag and option tables).
+    # What the manifests are made of (the bcd DaemonSet specification's flag and option tables).
     bcd_image: str
     bcd_gateway_url: str
     bcd_gateway_server_name: str | None = None
@@ -510,7 +514,7 @@ class Inventory(BaseModel):
     bcd_nvidia_toolkit: HostPaths = Field(default_factory=lambda: HostPaths(preset="gpu-operator", **TOOLKIT_PRESETS["gpu-operator"]))
     bcd_log_level: Literal["debug", "info", "warn", "error"] = "info"
 
-    # The join token (seed: Render the manifests and the join token; control-plane-api.md).
+    # The join token (the bcd DaemonSet specification, section Render the manifests and the join token; control-plane-api.md).
     bcd_tenant: str | None = None
     bcd_pool: str | None = None
     bcd_token_ttl: Duration = 3600

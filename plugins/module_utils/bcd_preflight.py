@@ -93,8 +93,8 @@ def control_plane_calls(clients, inv, gateway_timeout: float, nodes: bool) -> di
 def judge_control_plane(out: Outcomes, inv, wanted: set[str] | None = None) -> dict:
     """Refuse a join key that has a private part or is not the pinned one, a gateway URL or site
     that is not the inventory's, a join signing key or gateway CA that contradicts its pin
-    (seed 000, Render the manifests and the join token); forecast the trust the pool's nodes
-    land with (seed 000, Trust). Returns what module bcd_control_plane returns (without
+    (the bcd DaemonSet specification, section Render the manifests and the join token); forecast the trust the pool's nodes
+    land with (the bcd DaemonSet specification, section Trust). Returns what module bcd_control_plane returns (without
     ``cp_requests``); ``warnings_text`` are to be issued as Ansible warnings. ``wanted``: the
     Node names whose bcd nodes to return in ``known`` and ``reporting`` (from ``cp_nodes``).
     Raises :class:`Refusal`."""
@@ -156,7 +156,8 @@ def judge_control_plane(out: Outcomes, inv, wanted: set[str] | None = None) -> d
     if trust == "tenant-controlled":
         warnings.append(
             f"pool {inv.bcd_pool}: nodes joined with a hosted token will land tenant-controlled and add no capacity "
-            "(placement excludes them; seed: Trust). Set the pool's policy.kubernetes.platformOperated to true only if "
+            "(placement excludes them; the bcd DaemonSet specification, section Trust). "
+            "Set the pool's policy.kubernetes.platformOperated to true only if "
             "the platform itself operates this cluster."
         )
     return {
@@ -259,7 +260,7 @@ def open_namespaces(namespaces: list[dict], allowed: set[str]) -> list[str]:
 
 
 def judge_pod_security(namespaces: list[dict], inv) -> dict:
-    """Which namespaces let pods mount host paths (seed, Host paths and Pod Security):
+    """Which namespaces let pods mount host paths (the bcd DaemonSet specification, section Host paths and Pod Security):
     ``{open_namespaces, namespaces, warning}`` (``warning``: the Ansible warning to issue, or
     None). With ``bcd_require_pod_security`` and an open namespace, raises :class:`Refusal`
     (with ``open_namespaces`` and ``namespaces``)."""
@@ -277,5 +278,5 @@ def judge_pod_security(namespaces: list[dict], inv) -> dict:
             f"Pod Security lets pods in {', '.join(found)} run privileged or mount host paths (no {ENFORCE} label, "
             "or enforce=privileged; a cluster-wide default set in the API server's admission configuration is not "
             "visible here). Any such pod can read /var/lib/bcd and act as the node: label workload namespaces "
-            "baseline or restricted (seed: Host paths and Pod Security).")
+            "baseline or restricted (the bcd DaemonSet specification, section Host paths and Pod Security).")
     return {"open_namespaces": found, "namespaces": names, "warning": warning}

@@ -1,7 +1,7 @@
 """Render bcd's Namespace, ConfigMap and DaemonSet from a validated inventory.
 
-Source: seed ``000_bcd-kubernetes-daemonset`` ("What you get", "Host mounts", "Apply", "API
-access", "GPU isolation", "Generate the manifests from TypeScript"). What the seed leaves open
+Source: the bcd DaemonSet specification (``docs/spec/bcd-kubernetes-daemonset.md``) ("What you get", "Host mounts", "Apply", "API
+access", "GPU isolation", "Generate the manifests from TypeScript"). What the specification leaves open
 (bcd's command-line flags, config.toml keys, where the Secret and ConfigMap are mounted) is
 written down in ``docs/bcd-contract.yml``; tests hold this renderer to that file.
 
@@ -82,7 +82,7 @@ def render_config_toml(inv: Inventory, template_text: str) -> str:
 
 
 def requirements_text(inv: Inventory) -> str:
-    """The ``bcd.dev/requires`` annotation: GPU isolation, Pod Security and token rules (seed)."""
+    """The ``bcd.dev/requires`` annotation: GPU isolation, Pod Security and token rules (the bcd DaemonSet specification)."""
     secret = f"{inv.bcd_namespace}/{inv.bcd_join_token_secret.name}"
     return "\n".join([
         "GPU isolation: bcd hands out GPUs only where it is the only source of GPUs on the node.",
@@ -108,7 +108,7 @@ def _managed(inv: Inventory) -> dict:
 
 
 def host_mounts(inv: Inventory) -> list[dict]:
-    """The host mounts of seed "Host mounts", in its order, for this inventory.
+    """The host mounts of the bcd DaemonSet specification's section "Host mounts", in its order, for this inventory.
 
     Each item: ``{"name", "path" (host), "mountPath" (container), "readOnly", "type"}``.
     """

@@ -1,4 +1,4 @@
-"""The staged rollout of bcd's DaemonSet (seed 000, Upgrades): plans, health, rollback.
+"""The staged rollout of bcd's DaemonSet (the bcd DaemonSet specification, section Upgrades): plans, health, rollback.
 
 Pure functions over the API's JSON, so the bcd_rollout module stays a thin loop and the rules
 are unit-tested without a cluster.
@@ -159,6 +159,20 @@ def short(image: str | None, length: int = 12) -> str:
     if not d:
         return image or "-"
     return d.split(":", 1)[-1][:length]
+
+
+def short_ref(image: str | None, length: int = 12) -> str:
+    """An image as progress lines name it: its last path component, a digest cut to ``length`` hex
+    digits as ``docker images`` and ``kubectl`` users know it (``bcd:0.1.0@sha256:0123456789ab``).
+    The full reference stays in the reports and the plan."""
+    if not image:
+        return "?"
+    name = image.rsplit("/", 1)[-1]
+    if "@" not in name:
+        return name
+    ref, dig = name.rsplit("@", 1)
+    algo, _, hexes = dig.partition(":")
+    return f"{ref}@{algo}:{hexes[:length]}" if hexes else name
 
 
 def newest_revision(revisions: list[dict], owner_uid: str) -> dict | None:

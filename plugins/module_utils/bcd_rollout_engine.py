@@ -65,6 +65,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     revision_hash,
     rolled_out,
     short,
+    short_ref,
     table,
     went,
     with_strategy,
@@ -290,7 +291,10 @@ class Rollout:
         if revision and pod_revision(pod) != revision:
             return f"pod {pname} runs revision {pod_revision(pod)}, not {revision} ({short(container_image(pod))})"
         if image and container_image(pod) != image:
-            return f"pod {pname} runs image {container_image(pod)}, not {image}"
+            running, wanted = short_ref(container_image(pod)), short_ref(image)
+            if running == wanted:  # the same name and short digest from another registry: in full
+                running, wanted = container_image(pod), image
+            return f"pod {pname} runs image {running}, not {wanted}"
         if not pod_ready(pod):
             return f"pod {pname} not Ready ({pod_state(pod)})"
         if cp_node is None:
@@ -447,7 +451,9 @@ class Rollout:
                         + f", {len(stay)} stay as they are"
                         + (f", {len(down)} down left behind ({', '.join(down)})" if down else "")
                         + (f"; {len(losing)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
-                           f"{', '.join(losing)}" if losing else ""))
+                           f"{', '.join(losing)}" if losing else "")
+                        # the one line that names the new image in full; progress lines name it short
+                        + (f"; new image {self.inv.bcd_image}" if current != self.inv.bcd_image else ""))
         rows = []
         for name in losing:
             pod = pods.get(name)
@@ -939,7 +945,7 @@ class Rollout:
                     stage_of[node] = stage["name"]
                 rolled += members
                 self.gate_label = (f"rollout stage {i + 1} of {len(stages)} ({stage['name']}, {len(members)} node(s) "
-                                   f"to {target.rsplit('/', 1)[-1]})")
+                                   f"to {short_ref(target)})")
                 gated = [n for n in rolled if n not in self.went_down]
                 problems = self.gate(ds, gated, revision, target, baseline, timings,
                                      expect_updated=already + len([n for n in rolled if n not in self.went_down]))
@@ -972,7 +978,8 @@ class Rollout:
                 names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])
                 if len(failed) > FAILED_IN_MSG:
                     names += f"; and {len(failed) - FAILED_IN_MSG} more node(s)"
-                back_to = from_image if from_image != target else f"the previous pod template (image {from_image})"
+                back_to = (short_ref(from_image) if from_image != target
+                           else f"the previous pod template (image {short_ref(from_image)})")
                 first = next(s["name"] for s in stages_out if s["outcome"] == "failed")
                 if self.inv.bcd_rollout_rollback:
                     rollback = self.rollback(previous, prev_ds, rolled, baseline, timings)
@@ -1092,7 +1099,7 @@ class Rollout:
                                   "previous render's update strategy does)")
             timings.clear()
             timings["_stage"] = time.monotonic()
-            self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {(container_image(prev_ds) or '?').rsplit('/', 1)[-1]}"
+            self.gate_label = f"rollback of {len(out['nodes'])} node(s) to {short_ref(container_image(prev_ds))}"
             problems = self.gate(ds, out["nodes"], revision, container_image(prev_ds), baseline, {})
             self.apply(prev_ds)
             if problems:

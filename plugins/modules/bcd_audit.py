@@ -38,7 +38,7 @@ description:
     A drift result also holds C(findings) and C(warnings) (C({path, live, rendered, managers,
     allowed, host_path})) and, when it fails on extra host paths, C(host_paths)."
   - "C(clusterpolicy) (with C(bcd_nvidia_toolkit=gpu-operator)) - the ClusterPolicy isolation settings
-    gpu_stack sets (device plugin off, toolkit env false, CDI on, NRI plugin off; seed 000, GPU
+    gpu_stack sets (device plugin off, toolkit env false, CDI on, NRI plugin off; the bcd DaemonSet specification, section GPU
     isolation), each reverted field naming the field manager that owns it now
     (C(metadata.managedFields)), such as C(helm) after a C(helm upgrade)."
   - "C(gpu-isolation) per selected Node - the verdict of the GPU isolation gate (O(isolation), the

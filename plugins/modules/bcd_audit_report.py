@@ -13,7 +13,8 @@ short_description: Write the audit's JSON report, JUnit XML and Prometheus textf
 description:
   - "Takes the C(bcd_audit) results of every cluster of the run (and clusters whose audit could not
     run) and writes, each when its path is given, the JSON report (O(report_out),
-    C({started_at, finished_at, passed, failed_checks, clusters}), each result with its C(status)),
+    C({schema_version, started_at, finished_at, passed, failed_checks, clusters}), each result with
+    its C(status); C(schema_version) is 1, and the collection's C(docs/reports.md) lists every key),
     JUnit XML (O(junit_out), one test case per check and node, so AWX, Jenkins or GitLab show
     failures; a warning is a C(WARNING) line of the suite's C(system-out)) and a Prometheus
     textfile (O(metrics_out), node-exporter textfile-collector format written with
@@ -82,6 +83,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_audit import junit_xml, status, write_metrics
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import REPORT_SCHEMA_VERSION
 
 
 def _write(path: str, text: str) -> None:
@@ -127,7 +129,7 @@ def main() -> None:
         c["passed"] = c["passed"] and r["ok"]
     try:
         if p["report_out"]:
-            _write(p["report_out"], json.dumps({"started_at": _iso(p["started"]), "finished_at": _iso(finished), "passed": failed == 0,
+            _write(p["report_out"], json.dumps({"schema_version": REPORT_SCHEMA_VERSION, "started_at": _iso(p["started"]), "finished_at": _iso(finished), "passed": failed == 0,
                                                 "failed_checks": failed, "clusters": clusters}, indent=2) + "\n")
         if p["junit_out"]:
             _write(p["junit_out"], junit_xml(results, p["started"], finished - p["started"]))

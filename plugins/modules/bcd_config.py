@@ -13,7 +13,7 @@ version_added: 1.0.0
 description:
   - Validates every C(bcd_*) variable with the one
     inventory model (C(plugins/module_utils/bcd_model.py)) and returns the normalised values.
-  - Refuses what seed 000 refuses (an image not pinned by digest, URLs that are not https,
+  - Refuses what the bcd DaemonSet specification refuses (an image not pinned by digest, URLs that are not https,
     malformed pins, names, label keys and values, resource quantities, unknown presets, host
     paths the Host mounts section rules out, a TTL outside 1 minute to 24 hours, a JWK with a
     private part) and unknown C(bcd_*) variables, with one C(INVALID_CONFIG:) line per problem

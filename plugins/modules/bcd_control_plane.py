@@ -15,7 +15,7 @@ description:
     is verified against the system trust store or C(bcd_control_plane_ca_file)).
   - Fetches the discovery document (C(/.well-known/better-compute)) and refuses a join key that
     has a private part or whose pin is not C(bcd_pins.join_encryption), and a gateway URL or site
-    that is not the inventory's (seed 000, Render the manifests and the join token; the pins come
+    that is not the inventory's (the bcd DaemonSet specification, section Render the manifests and the join token; the pins come
     only from the operator, never from the network).
   - Checks every pin that can be checked from here, before any token exists -
     C(bcd_pins.join_signing) against the discovery document's optional C(joinSigningKey) (absent,
@@ -25,8 +25,8 @@ description:
     gateway's certificate against that one alone. A mismatch is refused, naming the pin and what
     the gateway presented; a gateway this controller cannot reach is one line of warning (nodes
     may reach networks the controller cannot), and the run goes on.
-  - Reads the pool (C(pools.get)) and forecasts the trust the nodes will land with (seed 000,
-    Trust); C(tenant-controlled) nodes add no capacity, which it returns as a warning.
+  - Reads the pool (C(pools.get)) and forecasts the trust the nodes will land with (the bcd
+    DaemonSet specification, section Trust); C(tenant-controlled) nodes add no capacity, which it returns as a warning.
   - Lists the nodes of the pool (C(nodes.list), every page) and returns those that report.
   - Changes nothing. Retryable failures (429, 502, 503, 504, connection errors) are retried
     with backoff and jitter, honouring Retry-After, within C(bcd_control_plane_timeout).

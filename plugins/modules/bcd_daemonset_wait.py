@@ -27,7 +27,7 @@ description:
     and the controllers it waits for need.
   - While it waits it fails at once, naming each Node and its pod, when a pod cannot start -
     its C(bcd join) init container exited non-zero (the control plane refused the node, or the
-    config is wrong; the termination message says why; seed 000, Apply), or a pod of the
+    config is wrong; the termination message says why; the bcd DaemonSet specification, section Apply), or a pod of the
     DaemonSet's current template cannot turn Ready or fails - the pod failed, a container waits in
     C(CrashLoopBackOff) (from its first restart) or for another reason that does not heal (an
     invalid image), exited non-zero (C(Error)), or restarted since the wait began. The failure

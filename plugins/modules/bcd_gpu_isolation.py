@@ -11,7 +11,7 @@ module: bcd_gpu_isolation
 short_description: Verify GPU isolation on every selected node of a cluster
 version_added: 1.0.0
 description:
-  - bcd may hand out GPUs only where nothing else does (seed 000, section GPU isolation).
+  - bcd may hand out GPUs only where nothing else does (the bcd DaemonSet specification, section GPU isolation).
     This module finds what else could, in the cluster and in the node results read on its GPU
     nodes, and gives every selected node a verdict, C(isolated), C(exposed) or C(unverifiable),
     with each finding naming the file or object and its fix. It changes nothing.
@@ -45,7 +45,7 @@ description:
     RuntimeClass names (C(bcd_nvidia_runtime_class); the RuntimeClass's
     C(handler) as the cluster has it, and C(not-ready) when it does not exist) is defined in every
     configuration in effect and runs the NVIDIA container runtime; a CDI specification of kind
-    C(nvidia.com/gpu) in C(/etc/cdi) or C(/var/run/cdi) names every device C(GPU-<uuid>) (seed: CDI
+    C(nvidia.com/gpu) in C(/etc/cdi) or C(/var/run/cdi) names every device C(GPU-<uuid>) (the bcd DaemonSet specification, section CDI
     specs generated with C(--device-name-strategy=uuid)); with C(bcd_gpu_api=dra),
     C(/var/lib/kubelet/plugins_registry) exists. A node whose files were not read is C(unknown). The
     gate fails on C(not-ready) as on C(exposed) (C(bcd_gpu_isolation_enforce))."
@@ -132,7 +132,7 @@ options:
     description:
       - bcd's own view of the selected Nodes, as module C(bcd_nodes_info) returns it
         (C(nodes.list) matched by Node name - C(name), C(id), C(state), C(conditions)). Each node of the
-        table and report then shows its bcd state and conditions (seed - GPU isolation, The reaper; for
+        table and report then shows its bcd state and conditions (the bcd DaemonSet specification, section GPU isolation and its reaper; for
         example C(ForeignGpuExposure), C(PodResourcesUnavailable), C(KubernetesReleaseStuck)). Shown only
         - the verdicts and the gate are Ansible's own.
     type: list
@@ -334,7 +334,7 @@ table:
   elements: str
 report:
   description:
-    - 'What C(bcd_report_out) receives: C({"cluster", "nodes": [{"name", "verdict", "ready", "source", "findings", "readiness",
+    - 'What C(bcd_report_out) receives: C({"schema_version", "cluster", "nodes": [{"name", "verdict", "ready", "source", "findings", "readiness",
       "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce", "cluster_findings", "resource_slices", "cluster_policies",
       "active_cluster_policy", "unmatched_node_files", "runtime_handler", "gpu_api"}).'
   returned: unless O(scope) is settings

@@ -11,7 +11,7 @@ module: bcd_gpu_isolation_node
 short_description: Verify GPU isolation and readiness from one node's files
 version_added: 1.1.0
 description:
-  - bcd may hand out GPUs only where nothing else does (seed 000, section GPU isolation).
+  - bcd may hand out GPUs only where nothing else does (the bcd DaemonSet specification, section GPU isolation).
     This module finds, in one node's files, what else could, and gives the node a verdict, C(isolated), C(exposed)
     or C(unverifiable), with each finding naming the file or object and its fix. It changes
     nothing.
@@ -60,7 +60,8 @@ description:
   - "Readiness, a second verdict (C(ready), C(not-ready), C(unknown)): the handler O(runtime_handler) (the
     C(handler) of bcd's RuntimeClass) is defined in every configuration in effect and runs the NVIDIA container
     runtime; a CDI specification of kind C(nvidia.com/gpu) in C(/etc/cdi) or C(/var/run/cdi) names every device
-    C(GPU-<uuid>) (seed: CDI specs generated with C(--device-name-strategy=uuid)); with O(gpu_api=dra),
+    C(GPU-<uuid>) (the bcd DaemonSet specification, section GPU isolation: CDI specs generated with
+    C(--device-name-strategy=uuid)); with O(gpu_api=dra),
     C(/var/lib/kubelet/plugins_registry) exists."
   - "This module judges one node. M(bcd.kubernetes.bcd_gpu_isolation) on the controller takes its results
     (O(bcd.kubernetes.bcd_gpu_isolation#module:node_results)), adds what the cluster says (device plugins, DRA
@@ -229,7 +230,7 @@ table:
   elements: str
 report:
   description:
-    - 'What C(bcd_report_out) receives for a node root (C(bcd_node_root)): C({"cluster": null, "nodes": [{"name", "verdict",
+    - 'What C(bcd_report_out) receives for a node root (C(bcd_node_root)): C({"schema_version": 1, "cluster": null, "nodes": [{"name", "verdict",
       "ready", "source", "findings", "readiness", "node_files", "notes"}], "summary", "ready_summary", "passed", "enforce",
       "node_root"}).'
   returned: always

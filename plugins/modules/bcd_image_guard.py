@@ -12,7 +12,7 @@ version_added: 1.1.0
 short_description: Read bcd's live DaemonSet and refuse (or warn) when it runs another image than the render
 description:
   - The inventory is the source of truth for C(bcd_image), and only rollout.yml changes the image of a running
-    DaemonSet (seed 000, Upgrades - in stages, each behind a health gate, rolled back on failure). So when the live
+    DaemonSet (the bcd DaemonSet specification, section Upgrades - in stages, each behind a health gate, rolled back on failure). So when the live
     DaemonSet runs another image in its C(bcd) container than the render, adopt-cluster.yml refuses before anything
     changes (O(mode=refuse)) rather than roll every pod at once, and add-nodes.yml, which never changes the
     DaemonSet, says so in an Ansible warning (O(mode=warn)). Either message names both images and the way out.

@@ -16,14 +16,14 @@ description:
     C(bcd_token_key) or one per cluster and run; a description naming the cluster and the run)
     and writes it only into the Secret C(bcd_join_token_secret) in C(bcd_namespace) (created with
     a plain create or replace, never a client-side apply, so no last-applied annotation holds
-    it), and, with C(bcd_join_secret_out), into a new file created 0600 (seed 000, Render the
+    it), and, with C(bcd_join_secret_out), into a new file created 0600 (the bcd DaemonSet specification, section Render the
     manifests and the join token; Apply).
   - The token never leaves this module, it is in no result, log or diff. If the Secret cannot
     be written, the token is revoked before the module fails.
   - C(state=absent) revokes this run's tokens (O(scope=run)) or every earlier run's still
     unrevoked tokens for this cluster (O(scope=stale), found by their description after a run
     that died before it could clean up) and deletes the Secret when bcd-ansible made it
-    (seed 000, Revoke the token and delete the Secret).
+    (the bcd DaemonSet specification, section Revoke the token and delete the Secret).
   - Control-plane calls retry 429, 502, 503, 504 and connection failures with backoff and jitter,
     honouring Retry-After, within C(bcd_control_plane_timeout).
 options:

@@ -14,9 +14,9 @@ description:
   - Validates every C(bcd_*) variable with the inventory model and renders, in apply order, the
     Namespace (labelled C(pod-security.kubernetes.io/enforce=privileged); only when
     C(bcd_create_namespace)), the ConfigMap (C(config.toml) from the Jinja2 template, and the
-    pinned JoinService key when C(bcd_join_encryption_jwk) is set) and the DaemonSet, as seed
-    000 (What you get, Host mounts, Apply, API access, GPU isolation, Generate the manifests
-    from TypeScript) describes them. Details the seed leaves open are in C(docs/bcd-contract.yml).
+    pinned JoinService key when C(bcd_join_encryption_jwk) is set) and the DaemonSet, as the bcd
+    DaemonSet specification (sections What you get, Host mounts, Apply, API access, GPU isolation, Generate the manifests
+    from TypeScript) describes them. Details the specification leaves open are in C(docs/bcd-contract.yml).
   - The same inputs always render byte-identical output. Only a change of C(config.toml) moves
     the pod annotation C(bcd.dev/config-sha256).
   - Mints no token and touches no cluster. With O(dest), writes the objects to a file, one C(v1)

@@ -11,8 +11,8 @@ module: bcd_nvidia_cdi_spec
 short_description: Generate the NVIDIA CDI specification with --device-name-strategy=uuid
 version_added: 1.0.0
 description:
-  - Runs C(nvidia-ctk cdi generate --device-name-strategy=uuid) on a GPU node, as seed 000 (GPU
-    isolation) requires, so bcd's device plugin can answer C(nvidia.com/gpu=<UUID>). The
+  - Runs C(nvidia-ctk cdi generate --device-name-strategy=uuid) on a GPU node, as the bcd DaemonSet
+    specification (section GPU isolation) requires, so bcd's device plugin can answer C(nvidia.com/gpu=<UUID>). The
     specification is generated to a temporary file next to O(output) and moved into place only when
     it differs from what is there (idempotent; the old one is backed up).
   - Needs a loaded NVIDIA driver. Where there is none (no C(/proc/driver/nvidia/version) and no

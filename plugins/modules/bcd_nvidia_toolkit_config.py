@@ -12,8 +12,8 @@ short_description: Make an NVIDIA container toolkit config.toml refuse NVIDIA_VI
 version_added: 1.0.0
 description:
   - Sets C(accept-nvidia-visible-devices-envvar-when-unprivileged = false) and
-    C(accept-nvidia-visible-devices-as-volume-mounts = false) in one toolkit C(config.toml), as seed
-    000 (GPU isolation) requires, with the toolkit's own tool, C(nvidia-ctk config --set), so the file
+    C(accept-nvidia-visible-devices-as-volume-mounts = false) in one toolkit C(config.toml), as the bcd
+    DaemonSet specification (section GPU isolation) requires, with the toolkit's own tool, C(nvidia-ctk config --set), so the file
     keeps the layout the toolkit writes. Runs on the GPU node (packages mode).
   - Nothing changes when the file already sets both keys to false (C(accept-nvidia-visible-devices-as-volume-mounts)
     absent counts as false, its default). Otherwise the file is backed up (O(backup)) and replaced

@@ -10,7 +10,7 @@ module: bcd_pod_security
 short_description: Check that Pod Security keeps other pods away from bcd's host paths
 description:
   - Lists the cluster's namespaces and finds those whose pods may run privileged or mount host
-    paths, so they could read C(/var/lib/bcd) and act as the node (seed, Host paths and Pod
+    paths, so they could read C(/var/lib/bcd) and act as the node (the bcd DaemonSet specification, section Host paths and Pod
     Security). A namespace is open when it has no C(pod-security.kubernetes.io/enforce) label
     or enforces C(privileged); C(bcd_namespace) and C(bcd_privileged_namespaces) are allowed.
   - Open namespaces are an Ansible warning, or, with C(bcd_require_pod_security), a failure

@@ -20,7 +20,7 @@ description:
     its join key against C(bcd_pins.join_encryption), its join signing key against
     C(bcd_pins.join_signing) when published, the gateway's CA against C(bcd_pins.serving_ca)
     (a TLS connection to C(bcd_gateway_url)), the gateway URL and site against the inventory's;
-    the pool (C(pools.get)) and the trust its nodes will land with (seed 000, Render the manifests
+    the pool (C(pools.get)) and the trust its nodes will land with (the bcd DaemonSet specification, section Render the manifests
     and the join token; Trust).
   - The Nodes C(bcd_node_selector) selects and which of them report to the control plane
     (RV(nodes); C(nodes.list), every page, matched by hostname = Node name); warns about each
@@ -31,7 +31,7 @@ description:
     the control plane says (it counts a node C(adopting) for its offline grace after bcd stopped
     reporting). And the Nodes a join token is for (RV(nodes.to_join)) - those with no bcd node in
     the pool (or only a C(removed) one); a Node that joined, in any other state, joins again without.
-  - The namespaces' Pod Security labels (RV(pod_security); seed 000, Host paths and Pod Security).
+  - The namespaces' Pod Security labels (RV(pod_security); the bcd DaemonSet specification, section Host paths and Pod Security).
   - With O(cluster) and O(run), the join tokens and the join-token Secret an interrupted earlier
     run on this cluster left behind (RV(leftovers)), read only. Not finding out is not a failure
     here (see RV(leftovers.failed) and RV(leftovers.msg)); the clean-up under the lock looks again.

@@ -11,7 +11,7 @@ module: bcd_rollout
 short_description: Roll bcd's DaemonSet to a new image in stages, gate each stage on health, roll back on failure
 version_added: 1.0.0
 description:
-  - The write half of rollout.yml (seed 000, Upgrades), and of adopt-cluster.yml when it changes
+  - The write half of rollout.yml (the bcd DaemonSet specification, section Upgrades), and of adopt-cluster.yml when it changes
     the pod template (other than the image) of a DaemonSet whose pods run; M(bcd.kubernetes.bcd_rollout_info)
     reads the fleet and plans.
   - With O(apply) (what rollout.yml and adopt-cluster.yml's staged rollout pass), C(state=run) applies the
@@ -112,7 +112,7 @@ description:
     Without, it fails at once and leaves the DaemonSet OnDelete, so nothing else rolls.
   - While it runs it renews the lock Lease O(lock) of run O(run) (every third of its duration);
     a lock another run took over stops the rollout.
-  - Mints no token (a joined node keeps its identity on the host; seed 000, What you get).
+  - Mints no token (a joined node keeps its identity on the host; the bcd DaemonSet specification, section What you get).
   - Returns a machine-readable RV(summary) and a printed RV(table); never a secret.
 options:
   state:
@@ -237,7 +237,8 @@ watch:
   type: dict
 summary:
   description:
-    - The machine-readable report (rollout.yml writes it to C(bcd_report_out)). C(result) is one of
+    - The machine-readable report (rollout.yml writes it to C(bcd_report_out), with C(schema_version) 1, C(kube) and
+      C(finished_at) added; the collection's C(docs/reports.md) lists every key). C(result) is one of
       C(unchanged), C(planned), C(refused), C(succeeded), C(failed) (a gate failed, no rollback),
       C(rolled_back), C(rollback_failed); C(from)/C(to) the image and digest; C(stages) with their
       planned C(size), their C(nodes) (with C(state=run), those rolled), outcome and seconds (a stage of another

@@ -11,7 +11,7 @@ module: bcd_rollout_info
 short_description: Read the fleet's health and the previous render, and plan a staged rollout of bcd's DaemonSet
 version_added: 1.1.0
 description:
-  - The read half of rollout.yml (seed 000, Upgrades), and of adopt-cluster.yml when it changes the pod
+  - The read half of rollout.yml (the bcd DaemonSet specification, section Upgrades), and of adopt-cluster.yml when it changes the pod
     template of a DaemonSet whose pods run; M(bcd.kubernetes.bcd_rollout) does the writes. Changes nothing,
     writes no Lease, mints no token.
   - Reads the DaemonSet, its ControllerRevisions and pods, the selected Nodes and the pool's nodes

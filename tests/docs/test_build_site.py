@@ -47,3 +47,27 @@ def test_a_header_comment_keeps_its_commands_as_code_and_escapes_markup():
     assert "```shell\nansible-playbook x.yml [-i inventories/<yours>]\n    more of the command\n```" in out
     assert "`clusters`" in out
     assert r"1. First \<step\>," in out and r"continued \*here\*." in out
+
+
+def test_the_index_leads_with_the_guides_then_the_reference_then_the_changelog():
+    index = "\n".join([
+        ".. _plugins_in_bcd.kubernetes:", "", "Bcd.Kubernetes", "==============", "", "Description", "-----------", "",
+        ".. _changelog_section_for_bcd.kubernetes:", "", "Changelog", "---------", "", ".. toctree::", "", "    changelog", "",
+        ".. _plugin_index_for_bcd.kubernetes:", "", "Plugin Index", "------------", "",
+        ".. _module_plugins_in_bcd.kubernetes:", "", "Modules", "~~~~~~~", "", "* bcd_rollout", "",
+        ".. _filter_plugins_in_bcd.kubernetes:", "", "Filter Plugins", "~~~~~~~~~~~~~~", "", "* bcd_fleet_lines", "",
+        ".. _role_plugins_in_bcd.kubernetes:", "", "Role Index", "----------", "", "* fleet", ""])
+    texts = {page: "# Operating\n\n## Rollouts and later nodes (rollout.yml, add-nodes.yml)\n\n"
+             "## Audit and release (audit.yml, release-cluster.yml)\n"
+             for page in ("using-it-on-your-cluster", "scheduling", "operations", "troubleshooting", "benchmarks")}
+    guides = [("benchmarks", "Benchmarks"), ("operations", "Operating"), ("troubleshooting", "Troubleshooting"),
+              ("scheduling", "Scheduling"), ("using-it-on-your-cluster", "Using it on your cluster")]
+    out = build_site.arrange_index(index, {"rollout": ("Roll", "")}, guides, texts)
+    order = [out.index(s) for s in ("Guides\n------", "guides/using-it-on-your-cluster>`", "guides/troubleshooting>`",
+                                    "Benchmarks <guides/benchmarks>", "Reference\n---------", "Playbooks\n~~~~~~~~~",
+                                    "Modules\n~~~~~~~", "Roles\n~~~~~", "Filter Plugins", "Changelog\n---------")]
+    assert order == sorted(order), out
+    # the guides in a reader's order, the rest after them as background
+    assert out.index("Operating <guides/operations>") < out.index("Scheduling <guides/scheduling>")
+    assert "guides/operations.html#audit-and-release-audityml-release-clusteryml" in out
+    assert "Plugin Index" not in out and "Role Index" not in out and out.count(".. _plugin_index_for_bcd.kubernetes:") == 1

@@ -249,3 +249,16 @@ def test_module_and_role_pages_install_as_the_readme_does(site):
     for page in site.rglob("*.html"):
         text = page.read_text()
         assert "galaxy.ansible.com" not in text and "collection install bcd.kubernetes" not in text, page.name
+
+
+def test_the_index_leads_with_the_guides_then_the_reference_then_the_changelog(crawl):
+    """A reader comes for a task (adopt, schedule rollouts, audit, release, troubleshoot): the
+    guides come first, then the playbooks, modules, roles and plugins, the changelog last."""
+    base = crawl["base"]
+    links = [link.removeprefix(base + "/") for link in crawl["pages"][f"{base}/index.html"]["links"]]
+
+    def first(prefix: str, suffix: str = "") -> int:
+        return next(i for i, link in enumerate(links) if link.startswith(prefix) and urldefrag(link).url.endswith(suffix))
+
+    assert first("guides/using-it-on-your-cluster") < first("guides/troubleshooting") < first("playbooks/")
+    assert first("playbooks/") < first("bcd_", "_module.html") < first("bcd_", "_role.html") < first("changelog.html")

@@ -45,7 +45,9 @@ def audit(tmp_path: Path, *extra: str) -> tuple:
     run = run_playbook("audit.yml", "-e", f"bcd_report_out={report}", "-e", f"bcd_junit_out={junit}",
                        "-e", f"bcd_metrics_out={metrics}", *extra)
     assert report.exists(), run.stdout[-3000:]
-    return run, json.loads(report.read_text()), junit.read_text(), metrics.read_text()
+    doc = json.loads(report.read_text())
+    assert doc["schema_version"] == 1  # docs/reports.md
+    return run, doc, junit.read_text(), metrics.read_text()
 
 
 def failed(report: dict) -> set[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """A failure is printed once: by the task that failed, not again by a report or a final `fail`
 that repeats its message (ansible-core itself shows a failed task's message twice, in its
-[ERROR] line and its result; both belong to that one task)."""
+[ERROR] line and its result; both belong to that one task). The run's verdict, its last line,
+restates the reason cut short, as what to fix next."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 REPO = "registry.example.com/better-compute/bcd"
 OTHER_IMAGE = f"{REPO}:0.7.0@sha256:{'a7' * 32}"
 LEASE = "bcd-ansible-lock"
+
+
+def without_verdict(run) -> tuple[str, str]:
+    """(the output but the run's last line, that line): the verdict restates the reason, cut
+    short, as the next step's (roles/fleet); every other line says it once."""
+    body, _, verdict = run.stdout.rstrip().rpartition("\n")
+    return body + "\n" + run.stderr, verdict
 
 
 def tasks_saying(out: str, text: str) -> list[str]:
@@ -38,7 +46,8 @@ def test_a_lock_held_elsewhere_is_said_once_by_rollout(sandbox, tmp_path):
         run = run_playbook("rollout.yml", "-e", f"bcd_image={OTHER_IMAGE}", "-e", f"bcd_report_out={report}")
     finally:
         sandbox.kubectl("delete", "lease", "-n", "bcd-system", LEASE, "--ignore-not-found")
-    out = run.stdout + run.stderr
+    out, verdict = without_verdict(run)
+    assert verdict.startswith("rollout: cluster sandbox rollout not started") and "wait for the run" in verdict, verdict
     assert run.returncode != 0, out[-3000:]
     said = tasks_saying(out, f"locked by {holder}")
     assert len(said) == 1, said
@@ -58,7 +67,8 @@ def test_an_audit_that_cannot_run_says_why_once(sandbox, tmp_path):
         run = run_playbook("audit.yml", "-e", f"bcd_report_out={report}")
     finally:
         admin.clear_faults()
-    out = run.stdout + run.stderr
+    out, verdict = without_verdict(run)
+    assert verdict.startswith("audit: cluster sandbox: the audit could not run"), verdict
     assert run.returncode != 0, out[-3000:]
     said = tasks_saying(out, "injected fault: INTERNAL")
     assert len(said) == 1, said

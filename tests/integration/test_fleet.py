@@ -116,8 +116,12 @@ def test_two_clusters_adopt_in_one_run(fleet, tmp_path):
     for name in NAMES:
         assert f"{name} ok 1/1 2 of 2 selected node(s) report, 2 joined by this run" in lines, lines
     assert "2 cluster(s): all ok" in lines
+    # the run's last line: its verdict
+    assert run.stdout.rstrip().splitlines()[-1] == (
+        "adopt-cluster: 2 of 2 clusters adopted: 4 of 4 selected nodes report to the control plane")
 
     doc = json.loads(report.read_text())
+    assert doc["schema_version"] == 1 and all(c["report"]["schema_version"] == 1 for c in doc["clusters"])
     assert doc["playbook"] == "adopt-cluster" and doc["passed"] is True and doc["failed"] == []
     assert [c["cluster"] for c in doc["clusters"]] == list(NAMES)
     for c in doc["clusters"]:
@@ -180,8 +184,13 @@ def test_a_fleet_rollout_in_cluster_waves_rolls_back_the_cluster_that_fails(flee
     lines = summary(run.stdout)
     assert "east ok 0/0 succeeded: rolled" in lines, lines
     assert "west failed 0/0 rolled_back: rollout" in lines and "2 cluster(s): 1 failed (west)" in lines, lines
+    # the run's last line: its verdict, with the command that runs again on the failed cluster only
+    verdict = run.stdout.rstrip().splitlines()[-1]
+    assert verdict.startswith("rollout: 1 of 2 clusters rolled; FAILED: west; next: fix what failed on west (gpu-node-"), verdict
+    assert verdict.endswith("), then ansible-playbook rollout.yml -l west again"), verdict
 
     doc = json.loads(report.read_text())
+    assert doc["schema_version"] == 1 and all(c["report"]["schema_version"] == 1 for c in doc["clusters"])
     assert doc["playbook"] == "rollout" and doc["passed"] is False and doc["failed"] == ["west"]
     by_name = {c["cluster"]: c for c in doc["clusters"]}
     assert by_name["east"]["result"] == "ok" and by_name["east"]["report"]["result"] == "succeeded"

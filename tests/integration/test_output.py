@@ -1,7 +1,8 @@
 """What a run prints, through the shipped ansible.cfg (the stdout callback bcd.kubernetes.concise,
 display_ok_hosts and display_skipped_hosts false): `make demo`'s adoption (adopt-cluster.yml on a
-cluster not adopted yet) in at most 200 lines with the per-node report last; a failure printed
-once in full, with the per-node report and the failures in the last lines. Line counts are
+cluster not adopted yet) in at most 200 lines with the per-node report last, then the verdict; a
+failure printed once in full, with the per-node report and the failures in the last lines, then
+the verdict naming the next command. Line counts are
 output, not timing."""
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def lines_of(run) -> list[str]:
 def after_report(stdout: str) -> list[str]:
     """The non-empty stdout lines after the per-node report's last line."""
     lines = stdout.rstrip().splitlines()
-    end = max(i for i, line in enumerate(lines) if re.search(r"\d+ of \d+ selected nodes report", line))
+    # the report's line starts with the count (the verdict, last, counts them too, after its words)
+    end = max(i for i, line in enumerate(lines) if re.match(r"\W*\d+ of \d+ selected nodes report", line))
     return [line for line in lines[end + 1:] if line.strip()]
 
 
@@ -41,10 +43,12 @@ def test_the_demo_adoption_fits_in_200_lines_and_ends_with_the_per_node_report(s
     assert "Minted join token" in flat and "Revoked 1 token(s)" in flat, flat[-3000:]
     for node in NODES:
         assert re.search(rf"- {node}\s+node_\S+\s+adopting", run.stdout), run.stdout[-3000:]
-    # then only the last play's banner and the recap
+    # then only the last play's banner, the recap and the verdict, last
     after = after_report(run.stdout)
     assert after[0].startswith("PLAY [Sum up the fleet]") and after[1].startswith("PLAY RECAP"), after
-    assert len(after) == 3 and after[2].startswith("sandbox "), after
+    assert len(after) == 4 and after[2].startswith("sandbox "), after
+    assert re.fullmatch(r"adopt-cluster: cluster sandbox adopted: 3 of 3 selected nodes report to the control plane"
+                        r"(, 3 joined by this run)?", after[3]), after
 
 
 def test_a_failure_is_printed_once_in_full_and_last_with_the_per_node_report(sandbox, cp, cpvars, tmp_path):
@@ -72,7 +76,9 @@ def test_a_failure_is_printed_once_in_full_and_last_with_the_per_node_report(san
     assert "gpu-node-3" in first, first
     # the reason, in full, once: the last play names the failed task and points to it
     reason = " ".join(first.split(": ", 1)[1].split())
-    assert " ".join((run.stdout + run.stderr).split()).count(reason) == 1, reason
+    # the verdict (stdout's last line) names the reason again, cut short, as the next step's
+    verdict = run.stdout.rstrip().splitlines()[-1]
+    assert " ".join((run.stdout + run.stderr).replace(verdict, "", 1).split()).count(reason) == 1, reason
     assert "(the error above)" in fleet and "failed at" in fleet, fleet
     assert not [line for line in lines if line.startswith(("[ERROR]", "Origin:"))]
     # last: the failure, the revocation, the per-node report, the cluster failed; then the recap
@@ -82,4 +88,7 @@ def test_a_failure_is_printed_once_in_full_and_last_with_the_per_node_report(san
     assert re.search(r"- '?gpu-node-3\s+-", "\n".join(out[start:])), "\n".join(out[start:])
     after = after_report(run.stdout)
     assert after[0].startswith("PLAY [Sum up the fleet]") and after[2] == fleet and after[3].startswith("PLAY RECAP"), after
-    assert len(after) == 5, after
+    # last, the verdict: not adopted, how many nodes report, and what to run next
+    assert len(after) == 6 and after[5] == verdict, after
+    assert re.fullmatch(r"adopt-cluster: cluster sandbox NOT adopted; 2 of 3 selected nodes report to the control plane; "
+                        r"next: fix .+, then ansible-playbook adopt-cluster.yml again", verdict), verdict

@@ -95,7 +95,7 @@ def test_rollout_in_a_canary_and_percentage_batches_mints_no_token_and_says_so(s
                                                            "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
 
     summary = json.loads(report.read_text())
-    assert summary["result"] == "succeeded"
+    assert summary["result"] == "succeeded" and summary["schema_version"] == 1  # docs/reports.md
     assert summary["to"]["image"] == GOOD[0] and summary["to"]["digest"] == GOOD[0].split("@")[1]
     half = -(-(len(nodes)) // 2)  # 50% of the selected nodes, rounded up
     expected = [nodes[:1]] + [nodes[1:][i:i + half] for i in range(0, len(nodes) - 1, half)]
@@ -239,7 +239,7 @@ def test_a_lock_held_elsewhere_refuses_at_once_and_an_expired_one_is_taken_over(
         assert run.returncode != 0
         assert f"locked by {holder}" in out
         summary = json.loads((tmp_path / "locked.json").read_text())
-        assert summary["result"] == "locked" and summary["holder"] == holder
+        assert summary["result"] == "locked" and summary["holder"] == holder and summary["schema_version"] == 1
         assert kget(sandbox, "lease", "-n", "bcd-system", LEASE)["spec"]["holderIdentity"] == holder, "not touched"
         assert {image(p) for p in pods(sandbox).values()} == was, "nothing rolled"
 

@@ -51,6 +51,7 @@ def test_adoption_counts_nodes_and_tokens_and_names_the_failure():
     assert report["path"] == "/abs/fleet.json"
     doc = report["document"]
     assert doc["playbook"] == "adopt-cluster" and doc["passed"] is False and doc["failed"] == ["west"]
+    assert doc["schema_version"] == 1  # docs/reports.md
     assert [c["cluster"] for c in doc["clusters"]] == ["east", "west"] and doc["summary"] == lines
 
 

@@ -19,6 +19,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     pods_by_node,
     revision_hash,
     short,
+    short_ref,
     table,
     with_strategy,
 )
@@ -218,6 +219,17 @@ def test_table_names_the_failed_node():
 def test_short_digest():
     assert short(IMAGE) == "1" * 12
     assert short(None) == "-"
+
+
+@pytest.mark.parametrize(("image", "shown"), [
+    (IMAGE, "bcd@sha256:" + "1" * 12),
+    ("registry.example.com/better-compute/bcd:0.7.0@sha256:" + "0123456789ab" + "f" * 52, "bcd:0.7.0@sha256:0123456789ab"),
+    ("registry.example.com/bcd:0.7.0", "bcd:0.7.0"),  # no digest: as it is
+    (None, "?"),
+])
+def test_progress_lines_name_the_image_with_its_digest_short(image, shown):
+    # as docker images and kubectl users know it: the first 12 hex digits
+    assert short_ref(image) == shown
 
 
 def _filter():

@@ -196,10 +196,15 @@ def test_doctor_fails_on_an_exposed_folder_and_writes_the_report(tmp_path):
     assert run.returncode != 0
     assert "GPU isolation: 07-crio-dropin-key-commented is exposed" in run.stdout
     data = json.loads(report.read_text())
+    assert data["schema_version"] == 1  # docs/reports.md
     (node,) = data["nodes"]
     assert node["verdict"] == "exposed" and not data["passed"]
     assert node["findings"][0]["where"] == "/etc/nvidia-container-runtime/config.toml"
     assert node["findings"][0]["fix"]
+    # the last line: the verdict, with the command that configures isolation
+    assert run.stdout.rstrip().splitlines()[-1] == (
+        "doctor: cluster localhost FAILED; 0 of 1 selected nodes isolated; next: ansible-playbook gpu-stack.yml "
+        "(it configures GPU isolation), then ansible-playbook doctor.yml again")
 
 
 def test_doctor_warns_instead_when_not_enforced(tmp_path):
