@@ -5,8 +5,6 @@ failure printed once."""
 
 from __future__ import annotations
 
-import os
-
 DOCUMENTATION = r"""
 ---
 name: concise
@@ -41,6 +39,8 @@ requirements:
     repository's C(ansible.cfg) has them)
 """
 
+import os
+
 from ansible import constants as C
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
@@ -48,8 +48,8 @@ from ansible_collections.bcd.kubernetes.plugins.plugin_utils import bcd_compat
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import preload
 
 # the collection's playbooks (root files, and playbooks/*.yml): each ends with its verdict
-_PLAYBOOKS = frozenset(f"{name}.yml" for name in ("adopt-cluster", "add-nodes", "rollout", "audit", "doctor",
-                                                    "gpu-stack", "render", "release-cluster"))
+_PLAYBOOKS = frozenset(f"{name}.yml" for name in (
+    "adopt-cluster", "add-nodes", "rollout", "audit", "doctor", "gpu-stack", "render", "release-cluster"))
 # a repeat shorter than this is not worth a reference (a word, "failed")
 _MIN_REPEAT = 40
 

@@ -277,8 +277,8 @@ def _short_image(image) -> str:
     """An image as the verdict names it: its last path component, the digest's first 12 hex."""
     name = str(image or "?").rsplit("/", 1)[-1]
     ref, at, dig = name.partition("@")
-    algo, _, hexes = dig.partition(":")
-    return f"{ref}@{algo}:{hexes[:12]}" if at and hexes else name
+    algo, colon, hexes = dig.partition(":")
+    return f"{ref}@{algo}{colon}{hexes[:12]}" if at and hexes else name
 
 
 def _nodes(rec) -> dict:

@@ -171,8 +171,8 @@ def short_ref(image: str | None, length: int = 12) -> str:
     if "@" not in name:
         return name
     ref, dig = name.rsplit("@", 1)
-    algo, _, hexes = dig.partition(":")
-    return f"{ref}@{algo}:{hexes[:length]}" if hexes else name
+    algo, colon, hexes = dig.partition(":")
+    return f"{ref}@{algo}{colon}{hexes[:length]}" if hexes else name
 
 
 def newest_revision(revisions: list[dict], owner_uid: str) -> dict | None:

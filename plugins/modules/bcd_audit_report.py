@@ -129,7 +129,8 @@ def main() -> None:
         c["passed"] = c["passed"] and r["ok"]
     try:
         if p["report_out"]:
-            _write(p["report_out"], json.dumps({"schema_version": REPORT_SCHEMA_VERSION, "started_at": _iso(p["started"]), "finished_at": _iso(finished), "passed": failed == 0,
+            _write(p["report_out"], json.dumps({"schema_version": REPORT_SCHEMA_VERSION, "started_at": _iso(p["started"]),
+                                                "finished_at": _iso(finished), "passed": failed == 0,
                                                 "failed_checks": failed, "clusters": clusters}, indent=2) + "\n")
         if p["junit_out"]:
             _write(p["junit_out"], junit_xml(results, p["started"], finished - p["started"]))

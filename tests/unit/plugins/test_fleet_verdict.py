@@ -11,7 +11,7 @@ DIGEST = "registry.example.com/better-compute/bcd:0.7.0@sha256:" + "0123456789ab
 
 def adopted(name: str, reporting: int = 3, selected: int = 3, **more) -> dict:
     return {"adopt_cluster": name, "join_token_minted": {"id": "jt_1"}, "bcd_daemonset_to_join": ["n1", "n2", "n3"],
-            "join_token_revoked": {"revoked": ["jt_1"]},
+            "join_token_revoked": {"revoked": ["jt_1"], "uses": {"jt_1": 3}},
             "bcd_daemonset_joined": {"selected": selected, "reporting": reporting,
                                      "nodes": [{"name": f"n{i + 1}", "reporting": i < reporting} for i in range(selected)]},
             **more}
