@@ -116,7 +116,8 @@ def test_check_mode_of_a_rollout_counts_its_plan():
     ("release-cluster", {"release_cluster_name": "c", "release_cluster_nodes": {"removed": [{}, {}]}},
      "release-cluster: cluster c released: 2 node(s) removed from the control plane"),
     ("render", {"bcd_daemonset_render": {"dest": "/out/c.json", "config": {}}}, "render: cluster c rendered to /out/c.json"),
-    ("add-nodes", adopted("c", reporting=3) | {"bcd_daemonset_to_join": ["n3"]},
+    ("add-nodes", adopted("c", reporting=3) | {"bcd_daemonset_to_join": ["n3"],
+                                                "join_token_revoked": {"revoked": ["jt_1"], "uses": {"jt_1": 1}}},
      "add-nodes: cluster c: 1 node(s) joined by this run: 3 of 3 selected nodes report to the control plane"),
 ])
 def test_every_playbook_has_its_verdict(playbook, facts, line):
