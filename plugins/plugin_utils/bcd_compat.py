@@ -226,18 +226,45 @@ def _probe_action():
     return action
 
 
+def _own_warnings():
+    """A context that takes the warnings a parse captures (ansible-core 2.21 hands a module result's
+    warnings to the running task's DeferredWarningContext as it parses), so the probe's warning is
+    neither shown nor left in the task that ran it; yields the list it captured. Not a plugin API:
+    without it, a plain context that captures nothing (2.21 then shows the probe's warning and
+    the probe falls back to separate processes, as for any surprise)."""
+    import contextlib
+
+    try:
+        from ansible._internal._display_utils import DeferredWarningContext
+
+        ctx = DeferredWarningContext(variables={})
+    except Exception:  # noqa: BLE001 - any failure of a private API means: capture nothing
+        return contextlib.nullcontext([])
+
+    @contextlib.contextmanager
+    def captured():
+        with ctx:
+            yield ctx.get_warnings()
+
+    return captured()
+
+
 def _probe(version: str) -> str | None:
     """Run the probe module in-process (a result, then an exception) and parse what it printed as
     a module's output; None when both come back as expected, else what differs."""
     action = _probe_action()
     stdout, status = run_main(_probe_main, _probe_args(value="bcd-probe"))
-    res = parse_result(action, stdout, status, version)
-    warned = [getattr(getattr(w, "event", None), "msg", w) for w in res.get("warnings") or []] if isinstance(res, dict) else []
+    with _own_warnings() as captured:
+        res = parse_result(action, stdout, status, version)
+    # as the task result keeps them (2.19, 2.20), or as the task's warning context takes them (2.21+)
+    warned = [getattr(getattr(w, "event", None), "msg", w)
+              for w in [*(res.get("warnings") or [] if isinstance(res, dict) else []), *captured]]
     if not (status == 0 and isinstance(res, dict) and res.get("value") == "bcd-probe" and res.get("number") == 1
             and res.get("changed") is False and not res.get("failed") and warned == ["bcd probe warning"]):
         return f"a probe module's result came back as {type(res).__name__} {sorted(res) if isinstance(res, dict) else ''}"
     stdout, status = run_main(_probe_main, _probe_args(value="x", boom=True))
-    res = parse_result(action, stdout, status, version)
+    with _own_warnings():
+        res = parse_result(action, stdout, status, version)
     if not (status == 1 and isinstance(res, dict) and res.get("failed") is True
             and "bcd probe exception" in json.dumps(res, default=str)):
         return f"a probe module's exception came back as {type(res).__name__} {sorted(res) if isinstance(res, dict) else ''}"

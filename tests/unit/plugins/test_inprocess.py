@@ -132,6 +132,20 @@ def test_a_task_runs_in_process_on_the_controller_and_as_a_process_elsewhere(tmp
     assert SECRET not in out
 
 
+def test_with_the_default_stdout_callback_modules_still_run_in_the_worker(tmp_path):
+    # The probe runs in the worker then (our concise callback runs it before forking): on 2.21 a
+    # parse hands its warning to the task's warning context, which must not show it or turn the
+    # in-process runner off
+    book = tmp_path / "parity.yml"
+    book.write_text(PLAY % {"secret": SECRET})
+    done = run_playbook(str(book), "-i", "localhost,", "-c", "local", "-vvvv",
+                        env={"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert out.count("in the worker process") == 2, out[-4000:]
+    assert "bcd probe warning" not in out and "in-process runner expects" not in out, out[-4000:]
+
+
 def test_another_packages_mixin_does_not_hide_the_module_run():
     """mitogen's strategy mixes its ActionModuleMixin, whose run() only calls ours, into every
     action plugin: the module still runs (it did not, and the task returned an empty result)."""
