@@ -25,6 +25,7 @@ from tests.reliability.harness import (
     controllers_afresh,
     daemonset_image,
 )
+from tests.sandbox_fixtures import restore_baseline
 
 
 @pytest.fixture(scope="package")
@@ -46,17 +47,14 @@ def _fresh(w: World) -> None:
 def _ready(sandbox, world, image: bool):
     from pathlib import Path
 
-    from sandbox import baseline, cluster, proc
+    from sandbox import cluster, proc
 
     if not cluster.status(sandbox.dir)[0]:
         apiserver_up(sandbox)
     apiserver = proc.pid_of(Path(sandbox.dir), "kube-apiserver")
     # whatever an earlier scenario left (faults, Nodes it added, held statuses, taints, tokens, the
     # lock): gone, so a scenario's result does not depend on the ones before it
-    done = baseline.restore(Path(sandbox.dir), admin=world.admin, cp=world.cp, tenant=world.vars["bcd_tenant"],
-                            pool=world.vars["bcd_pool"])
-    if done:
-        print(f"sandbox baseline: {'; '.join(done)}")
+    restore_baseline(sandbox, world.cp, world.vars)
     ok, why = baseline_ok(world, image=image)
     if not ok:
         if daemonset_image(world) not in (None, INVENTORY_IMAGE):
