@@ -19,7 +19,6 @@ The counts are recorded in docs/reliability.md (tests/reliability/plugin.py).
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import string
@@ -29,6 +28,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
     KNOWN_VARIABLES,
     ConfigError,
     Inventory,
+    from_strings,
     load,
 )
 from hypothesis import HealthCheck, given, settings
@@ -110,13 +110,7 @@ text = st.text(max_size=40)
 def _reads_as_json(s: str) -> bool:
     """Whether the survey conversion (bcd_model.from_strings) reads ``s`` as JSON, for a variable
     that takes a mapping or a list: "{}" is then an empty mapping, which may be valid."""
-    if not s.strip().startswith(("{", "[")):
-        return False
-    try:
-        json.loads(s)
-    except ValueError:
-        return False
-    return True
+    return from_strings({"bcd_resources": s})[0]["bcd_resources"] is not s
 
 
 def not_json_text(**kwargs) -> st.SearchStrategy[str]:
