@@ -13,6 +13,8 @@ the tests that follow.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.reliability.harness import (
@@ -55,6 +57,16 @@ def _ready(sandbox, world, image: bool):
     # whatever an earlier scenario left (faults, Nodes it added, held statuses, taints, tokens, the
     # lock): gone, so a scenario's result does not depend on the ones before it
     restore_baseline(sandbox, world.cp, world.vars)
+    if world.namespace_exists() and world.all_joined():
+        # a pod an earlier scenario left crash-looping backs off for a while after its fault goes:
+        # a new one (the DaemonSet's, on a node the control plane knows) is Ready in seconds;
+        # baseline_ok below says if not, and adopt-cluster.yml then sets it up
+        stuck = list(filter(None, world.unready_pods().values()))
+        for pod in stuck:
+            world.core.delete_namespaced_pod(pod, world.namespace, grace_period_seconds=0)
+        deadline = time.monotonic() + 60
+        while stuck and world.unready_pods() and time.monotonic() < deadline:
+            time.sleep(1)
     ok, why = baseline_ok(world, image=image)
     if not ok:
         if daemonset_image(world) not in (None, INVENTORY_IMAGE):
