@@ -87,8 +87,10 @@ def restore(sdir: Path, admin=None, cp=None, tenant: str | None = None, pool: st
 
     done: list[str] = []
     admin = admin or Admin.for_sandbox(sdir)
-    # outageMode is always reported (its default, "hang"); any other value set is a fault
-    if any(v for k, v in admin.faults().items() if k != "outageMode"):
+    # a cleared emulator reads {"outageMode": "hang", "outageRemaining": 0}; anything else is a
+    # fault, a zero too (offlineGraceSeconds 0 is no grace at all)
+    faults = admin.faults()
+    if faults.pop("outageRemaining", 0) or faults != {"outageMode": "hang"}:
         admin.clear_faults()
         done.append("cleared the emulator's faults")
     if cp is not None:

@@ -93,7 +93,9 @@ def _inventory_image() -> str:
     return yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())["bcd_image"]
 
 
-def _restore(sandbox, cp, cpvars) -> list[str]:
+def restore_baseline(sandbox, cp, cpvars) -> list[str]:
+    """``sandbox.baseline.restore`` on the session's sandbox, printing what it put back (and
+    forgetting an adoption it may have disturbed); the lines."""
     from sandbox import baseline
 
     done = baseline.restore(sandbox.dir, cp=cp, tenant=cpvars["bcd_tenant"], pool=cpvars["bcd_pool"])
@@ -115,7 +117,7 @@ def _sandbox_baseline(request):
     # the session's control plane, not a module's own emulator (some modules start one as ``cp``)
     sandbox = request.getfixturevalue("sandbox")
     cpvars = sandbox.control_plane_vars()
-    _restore(sandbox, _client(cpvars), cpvars)
+    restore_baseline(sandbox, _client(cpvars), cpvars)
     yield
 
 
@@ -156,7 +158,7 @@ def ensure_adopted(sandbox, cp, cpvars) -> None:
     from tests.helpers import run_playbook
 
     key = str(sandbox.dir)
-    _restore(sandbox, cp, cpvars)
+    restore_baseline(sandbox, cp, cpvars)
     drift = baseline.adoption_drift(sandbox.dir, _inventory_image())
     if not drift and key in _ADOPTED:
         now = _fingerprint(sandbox)
@@ -178,7 +180,7 @@ def ensure_unadopted(sandbox, cp, cpvars) -> None:
     from sandbox import baseline
 
     _ADOPTED.pop(str(sandbox.dir), None)
-    _restore(sandbox, cp, cpvars)
+    restore_baseline(sandbox, cp, cpvars)
     sandbox.unadopt(cp, cpvars["bcd_tenant"], cpvars["bcd_pool"])
     baseline.drop_bcd_labels(sandbox.dir)
     baseline.reset_cluster_policy(sandbox.dir)

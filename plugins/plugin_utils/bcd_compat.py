@@ -226,27 +226,22 @@ def _probe_action():
     return action
 
 
+@contextlib.contextmanager
 def _own_warnings():
     """A context that takes the warnings a parse captures (ansible-core 2.21 hands a module result's
     warnings to the running task's DeferredWarningContext as it parses), so the probe's warning is
     neither shown nor left in the task that ran it; yields the list it captured. Not a plugin API:
-    without it, a plain context that captures nothing (2.21 then shows the probe's warning and
-    the probe falls back to separate processes, as for any surprise)."""
-    import contextlib
-
+    without it, a list that stays empty (2.21 then shows the probe's warning and the probe falls
+    back to separate processes, as for any surprise)."""
     try:
         from ansible._internal._display_utils import DeferredWarningContext
 
         ctx = DeferredWarningContext(variables={})
     except Exception:  # noqa: BLE001 - any failure of a private API means: capture nothing
-        return contextlib.nullcontext([])
-
-    @contextlib.contextmanager
-    def captured():
-        with ctx:
-            yield ctx.get_warnings()
-
-    return captured()
+        yield []
+        return
+    with ctx:
+        yield ctx.get_warnings()
 
 
 def _probe(version: str) -> str | None:

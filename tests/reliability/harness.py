@@ -380,6 +380,19 @@ class World:
         states = self.reporting()
         return all(states.get(n) in ("adopting", "ready", "draining") for n in self.gpu_nodes())
 
+    def unready_pods(self) -> dict[str, str]:
+        """GPU node -> the name of its bcd pod ("" when it has none), for each GPU node whose bcd
+        pod is not Ready (a crash loop lifted with its fault still backs off until its restart)."""
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector="app.kubernetes.io/name=bcd").items
+        ready, named = set(), {}
+        for pod in pods:
+            if pod.metadata.deletion_timestamp:
+                continue
+            named[pod.spec.node_name] = pod.metadata.name
+            if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+                ready.add(pod.spec.node_name)
+        return {n: named.get(n, "") for n in self.gpu_nodes() if n not in ready}
+
     def objects_text(self) -> str:
         """Every object a secret must never reach, as JSON: Namespaces, Nodes, and in every
         namespace Pods, ConfigMaps, DaemonSets, Leases, Secrets and Events (metadata,
@@ -478,6 +491,9 @@ def baseline_ok(w: World, image: bool = True) -> tuple[bool, str]:
         return False, f"DaemonSet image {daemonset_image(w)}"
     if not w.all_joined():
         return False, "not every GPU node reports"
+    unready = w.unready_pods()
+    if unready:
+        return False, f"no Ready bcd pod on {', '.join(sorted(unready))}"
     state = w.state()
     if not w.clean():
         return False, f"left over: {state}"

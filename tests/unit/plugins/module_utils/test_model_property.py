@@ -28,6 +28,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import (
     KNOWN_VARIABLES,
     ConfigError,
     Inventory,
+    from_strings,
     load,
 )
 from hypothesis import HealthCheck, given, settings
@@ -105,11 +106,24 @@ VALID = {
 # --- invalid values, variable by variable ------------------------------------------------------
 
 text = st.text(max_size=40)
+
+
+def _reads_as_json(s: str) -> bool:
+    """Whether the survey conversion (bcd_model.from_strings) reads ``s`` as JSON, for a variable
+    that takes a mapping or a list: "{}" is then an empty mapping, which may be valid."""
+    return from_strings({"bcd_resources": s})[0]["bcd_resources"] is not s
+
+
+def not_json_text(**kwargs) -> st.SearchStrategy[str]:
+    """Text that is not JSON a survey string could give for a mapping or list variable."""
+    return st.text(**kwargs).filter(lambda s: not _reads_as_json(s))
+
+
 anything_but_str = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(st.integers(), max_size=3),
                              st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
-not_mapping = st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), max_size=3), st.text(max_size=10))
+not_mapping = st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), max_size=3), not_json_text(max_size=10))
 not_list = st.one_of(st.integers(), st.booleans(), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
-                     st.floats(allow_nan=False), st.text(max_size=8))
+                     st.floats(allow_nan=False), not_json_text(max_size=8))
 BOOL_WORDS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
 not_bool = st.one_of(
     text.filter(lambda s: s.strip().lower() not in BOOL_WORDS and s.lower() not in BOOL_WORDS),
@@ -220,7 +234,7 @@ INVALID = {
     "bcd_name": def_label,
     "bcd_create_namespace": not_bool,
     "bcd_node_selector": st.one_of(
-        st.integers(), st.lists(st.text(max_size=3), min_size=1, max_size=2), st.text(min_size=1, max_size=10),
+        st.integers(), st.lists(st.text(max_size=3), min_size=1, max_size=2), not_json_text(min_size=1, max_size=10),
         st.sampled_from(["", "a/b/c", "UPPER.example.com/x", "-x", "x" * 64, "a b"]).map(lambda k: {k: "v"}),
         st.one_of(st.integers(), st.lists(st.text(max_size=3), max_size=2), st.just("x" * 64), st.just("a b"),
                   st.just("v\n")).map(lambda v: {"nvidia.com/gpu.present": v}),
@@ -235,7 +249,7 @@ INVALID = {
     "bcd_image_pull_secrets": st.one_of(not_list,
                                         bad_subdomain.map(lambda n: [n])),
     "bcd_resources": st.one_of(
-        st.integers(), st.text(min_size=1, max_size=5), st.just({"requests": {"gpu": "1"}}),
+        st.integers(), not_json_text(min_size=1, max_size=5), st.just({"requests": {"gpu": "1"}}),
         st.sampled_from(["abc", "1.2.3", "-1", "1Qi", ""]).map(lambda q: {"requests": {"cpu": q}}),
         st.just({"requests": {"memory": "1Gi"}, "limits": {"memory": "1Mi"}}), st.just({"unknown": {}}),
         st.just({"limits": [1]}), st.just({"requests": {"cpu": True}}),
