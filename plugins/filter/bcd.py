@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_kube import stale_joins
@@ -49,28 +51,57 @@ def bcd_toolkit_env(env: list | None) -> list:
 _CONFLICTS = re.compile(r'conflicts? with "(?P<manager>[^"]+)"(?: using (?P<api>\S+?))?(?::|\s*$)')
 
 
+def _api_status(text: str) -> dict | None:
+    """The API server's Status object a kubernetes.core message carries (``Failed to apply object:
+    b'{"kind":"Status",...}'``: the response body's bytes as Python prints them), or None."""
+    m = re.search(r"""b(['"])\{.*\}\1""", text, re.S)
+    try:
+        body = ast.literal_eval(m.group(0)).decode() if m else text[text.index("{"):text.rindex("}") + 1]
+        status = json.loads(body)
+    except (ValueError, SyntaxError, UnicodeDecodeError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def _add(out: list[dict], manager: str, fields: list[str]) -> None:
+    entry = next((c for c in out if c["manager"] == manager), None)
+    if entry is None:
+        entry = {"manager": manager, "fields": []}
+        out.append(entry)
+    entry["fields"].extend(f for f in fields if f not in entry["fields"])
+
+
 def bcd_apply_conflicts(message: str | None, as_text: bool = False) -> list[dict] | str:
     """The field managers and fields of a server-side apply conflict (HTTP 409), from the API
-    server's message (``Apply failed with 2 conflicts: conflicts with "helm" using nvidia.com/v1:
-    - .spec.devicePlugin.enabled ...``): ``[{"manager": "helm", "fields": [".spec.devicePlugin.enabled"]}]``;
-    ``[]`` when the message is no apply conflict. ``as_text``: one string instead,
-    ``helm (.spec.devicePlugin.enabled, .spec.cdi.enabled); <manager> (...)``, empty when none."""
-    text = (message or "").replace("\\n", "\n").replace('\\"', '"')
+    server's answer: ``[{"manager": "helm", "fields": [".spec.devicePlugin.enabled"]}]``, each
+    manager and field once, in the API server's order; ``[]`` when the message is no apply conflict.
+
+    ``message``: a kubernetes.core failure (``Failed to apply object: b'{...}'``) or the Status
+    message alone (``Apply failed with 2 conflicts: conflicts with "helm" using nvidia.com/v1:
+    - .spec.devicePlugin.enabled ...``). The Status's ``details.causes`` (reason
+    ``FieldManagerConflict``, one per field) answer when present; else its message is read.
+    ``as_text``: one string instead, ``helm (.spec.devicePlugin.enabled, .spec.cdi.enabled);
+    <manager> (...)``, empty when none."""
+    text = message or ""
+    status = _api_status(text)
     out: list[dict] = []
-    current = None
-    for line in re.split(r"\n|(?=conflicts? with \")", text):
-        m = _CONFLICTS.search(line)
-        if m:
-            current = next((c for c in out if c["manager"] == m["manager"]), None)
-            if current is None:
-                current = {"manager": m["manager"], "fields": []}
-                out.append(current)
-            rest = line[m.end():]
-            current["fields"].extend(re.findall(r"(\.[A-Za-z0-9_.\[\]=\\-]+)", rest))
-            continue
-        field = re.match(r"\s*-\s*(\.\S+)", line)
-        if field and current is not None:
-            current["fields"].append(field.group(1).rstrip("',\"}"))
+    if status is not None:
+        for cause in (status.get("details") or {}).get("causes") or []:
+            m = _CONFLICTS.search(str(cause.get("message") or ""))
+            if cause.get("reason") == "FieldManagerConflict" and m and cause.get("field"):
+                _add(out, m["manager"], [str(cause["field"])])
+        text = str(status.get("message") or "")
+    if not out:
+        current = None
+        for line in re.split(r"\n|(?=conflicts? with \")", text.replace("\\n", "\n").replace('\\"', '"')):
+            m = _CONFLICTS.search(line)
+            if m:
+                _add(out, m["manager"], re.findall(r"(\.[A-Za-z0-9_.\[\]=\\-]+)", line[m.end():]))
+                current = m["manager"]
+                continue
+            field = re.match(r"\s*-\s*(\.\S+)", line)
+            if field and current is not None:
+                _add(out, current, [field.group(1).rstrip("',\"}")])
     if as_text:
         return "; ".join(f"{c['manager']} ({', '.join(c['fields'])})" for c in out)
     return out

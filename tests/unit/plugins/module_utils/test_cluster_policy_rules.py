@@ -4,6 +4,7 @@ level, the toolkit env gpu_stack applies, and how a server-side apply conflict i
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
@@ -77,3 +78,26 @@ def test_toolkit_env_sets_both_keys_and_keeps_the_rest():
 ])
 def test_apply_conflicts_name_manager_and_fields(message, want):
     assert filters.bcd_apply_conflicts(message) == want
+
+
+@pytest.mark.parametrize("as_bytes", [False, True], ids=["body-text", "body-bytes"])
+def test_apply_conflicts_read_the_api_servers_causes_once_each(as_bytes):
+    """kubernetes.core's message is "Failed to apply object: " and the 409 body (text from the
+    kubernetes client 32 on, bytes before): the Status's message and its causes name each field,
+    and the text names each once."""
+    message = ('Apply failed with 2 conflicts: conflicts with "helm" using nvidia.com/v1:\n'
+               '- .spec.cdi.enabled\n- .spec.devicePlugin.enabled')
+    causes = [{"reason": "FieldManagerConflict", "message": 'conflict with "helm" using nvidia.com/v1', "field": f}
+              for f in (".spec.cdi.enabled", ".spec.devicePlugin.enabled")]
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+              "reason": "Conflict", "details": {"causes": causes}, "code": 409}
+
+    def failure() -> str:
+        body = json.dumps(status, separators=(",", ":"))
+        return f"Failed to apply object: {body.encode() if as_bytes else body}"
+
+    text = filters.bcd_apply_conflicts(failure(), True)
+    assert text == "helm (.spec.cdi.enabled, .spec.devicePlugin.enabled)"
+    # without causes, the Status's message answers
+    del status["details"]
+    assert filters.bcd_apply_conflicts(failure(), True) == text
