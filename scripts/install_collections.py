@@ -85,8 +85,11 @@ def main() -> int:
     missing = [(n, v) for n, v in wanted if installed_version(dest, n) != v]
     if not missing:
         return 0
-    if not from_galaxy(dest):
-        print("install_collections: Galaxy did not answer; taking the collections from PyPI's `ansible` package")
+    # ansible-galaxy also says "nothing to do" (exit 0) when a configured collections path has
+    # them already: only what landed in dest counts
+    if not from_galaxy(dest) or any(installed_version(dest, n) != v for n, v in missing):
+        missing = [(n, v) for n, v in wanted if installed_version(dest, n) != v]
+        print(f"install_collections: Galaxy did not install them in {dest}; taking them from PyPI's `ansible` package")
         from_pypi(dest, missing)
     for name, version in wanted:
         got = installed_version(dest, name)

@@ -118,8 +118,8 @@ def test_readme_per_cluster_render_command_runs_from_the_repository_root():
     from tests.helpers import ROOT
 
     readme = (ROOT / "README.md").read_text()
-    line = next(line for line in readme.splitlines() if line.startswith("ansible-playbook render.yml"))
-    args = shlex.split(line.split("#", 1)[0])[2:]
+    line = next(line for line in readme.splitlines() if line.startswith("ansible-playbook bcd.kubernetes.render "))
+    playbook, *args = shlex.split(line.split("#", 1)[0])[1:]
     assert args == ["-i", "inventories/prod", "-e", "bcd_render_out=out/{{ inventory_hostname }}.json"], line
     args[1] = "inventories/example"  # the README's prod inventory is the operator's own
     names = ["gpu-k3s.json", "gpu-kubeadm.json", "gpu-rke2.json"]
@@ -128,7 +128,7 @@ def test_readme_per_cluster_render_command_runs_from_the_repository_root():
     out.mkdir(exist_ok=True)
     assert not any((out / n).exists() for n in names), "leftovers of another run in out/"
     try:
-        run = run_playbook("render.yml", *args, cwd=ROOT)
+        run = run_playbook(playbook, *args, cwd=ROOT)
         assert run.returncode == 0, run.stdout[-2000:]
         assert sorted(p.name for p in out.iterdir() if p.name in names) == names
         assert not (ROOT / "playbooks" / "out").exists()
