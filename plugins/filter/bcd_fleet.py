@@ -383,7 +383,8 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
     if playbook == "release-cluster":
         if "removed" not in nodes:
             return f"cluster {name} released", None
-        return f"cluster {name} released: {nodes['removed']} node(s) removed from the control plane", None
+        already = f" ({nodes['already_removed']} already removed)" if nodes.get("already_removed") else ""
+        return f"cluster {name} released: {nodes['removed']} node(s) removed from the control plane{already}", None
     return f"cluster {name} {rec['detail'] or 'rendered'}", None
 
 

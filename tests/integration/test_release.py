@@ -220,7 +220,24 @@ def test_second_run_changes_nothing(sandbox, released):
     run = release("-e", "bcd_release_confirm=sandbox", "-e", "bcd_release_restore_gpu_stack=true")
     assert run.returncode == 0, run.stdout[-3000:]
     assert recap(run.stdout)["sandbox"]["changed"] == 0, run.stdout[-3000:]
-    assert f"Removed 0 node(s) from the control plane; {len(sandbox.gpu_node_names())} already removed" in run.stdout
+    n = len(sandbox.gpu_node_names())
+    assert f"Removed 0 node(s) from the control plane; {n} already removed" in run.stdout
+    # the closing line and the verdict say none went now, not that n did
+    text = " ".join(run.stdout.split())
+    assert f"every node of it removed from the control plane (0 node(s) removed by this run, {n} already removed)" in text
+    assert f"released: 0 node(s) removed from the control plane ({n} already removed)" in text, run.stdout[-3000:]
+
+
+def test_the_closing_line_names_a_cluster_policy_left_changed(sandbox, released_from):
+    """Without bcd_release_restore_gpu_stack, the ClusterPolicy keeps adoption's values: the
+    closing line says so and how to put the earlier ones back (under --check: changes nothing)."""
+    run = release("-e", "bcd_release_confirm=sandbox", "--check")
+    assert run.returncode == 0, run.stdout[-3000:]
+    text = " ".join(run.stdout.split())
+    assert ("no bcd DaemonSet, ConfigMap or Node label left. ClusterPolicy/cluster-policy keeps the values adoption "
+            "set (the device plugin off, CDI on): -e bcd_release_restore_gpu_stack=true puts back the earlier ones.") in text, text[-3000:]
+    assert PREVIOUS in (policy(sandbox)["metadata"].get("annotations") or {})
+    assert daemonset(sandbox) is not None
 
 
 def test_adopt_again(sandbox, released, cp, cpvars):

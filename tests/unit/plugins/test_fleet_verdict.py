@@ -115,6 +115,9 @@ def test_check_mode_of_a_rollout_counts_its_plan():
      "audit: cluster c: the audit could not run: no API server; next: fix no API server, then ansible-playbook audit.yml again"),
     ("release-cluster", {"release_cluster_name": "c", "release_cluster_nodes": {"removed": [{}, {}]}},
      "release-cluster: cluster c released: 2 node(s) removed from the control plane"),
+    # a second release removes none: the verdict says why
+    ("release-cluster", {"release_cluster_name": "c", "release_cluster_nodes": {"removed": [], "already_removed": [{}] * 3}},
+     "release-cluster: cluster c released: 0 node(s) removed from the control plane (3 already removed)"),
     ("render", {"bcd_daemonset_render": {"dest": "/out/c.json", "config": {}}}, "render: cluster c rendered to /out/c.json"),
     ("add-nodes", adopted("c", reporting=3) | {"bcd_daemonset_to_join": ["n3"],
                                                 "join_token_revoked": {"revoked": ["jt_1"], "uses": {"jt_1": 1}}},
