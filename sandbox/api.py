@@ -132,7 +132,9 @@ class Sandbox:
                            message: str = "container runtime is down (set by a test)") -> None:
         """Mark Node ``name`` NotReady, as a kubelet does when its runtime fails, and keep it so
         (KWOK leaves a node annotated ``sandbox.bcd.dev/hold-status=true`` alone; its Lease is
-        still renewed) until :meth:`release_node`."""
+        still renewed) until :meth:`release_node`. Its pods are left as a real cluster leaves
+        them (``cluster.mark_pods_down``): the node lifecycle controller marks them not Ready, and
+        a deleted one stays Terminating, until the node is back."""
         import datetime as dt
 
         from kubernetes import client
@@ -148,6 +150,7 @@ class Sandbox:
             conditions.append({"type": "Ready", "status": "False", "reason": reason, "message": message,
                                "lastHeartbeatTime": now, "lastTransitionTime": now})
             core.patch_node_status(name, {"status": {"conditions": conditions}})
+            cluster.mark_pods_down(core, name, True)
 
     def set_node_allocatable(self, name: str, **resources: str) -> dict[str, str]:
         """Set Node ``name``'s allocatable resources (``cpu="50m"``, ``memory="64Mi"``), which
@@ -167,6 +170,7 @@ class Sandbox:
         with self.api_client() as api:
             core = client.CoreV1Api(api)
             core.patch_node(name, {"metadata": {"annotations": {"sandbox.bcd.dev/hold-status": None}}})
+            cluster.mark_pods_down(core, name, False)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 node = core.read_node_status(name)

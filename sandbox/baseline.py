@@ -5,9 +5,9 @@ What a test may leave and :func:`restore` takes away:
 
 - faults set in the control-plane emulator, and join tokens left unrevoked;
 - Nodes a test added (``gpu-node-K`` above the count the sandbox was brought up with: gone, and
-  forgotten by the emulator), and on the others taints, cordons, held NotReady statuses, labels and
-  allocatable resources that ``cluster.node_body`` does not give them (``bcd.dev/*`` labels, which
-  adoption sets, are kept);
+  forgotten by the emulator), and on the others taints, cordons, held NotReady statuses (and their
+  pods' node-down marks), labels and allocatable resources that ``cluster.node_body`` does not
+  give them (``bcd.dev/*`` labels, which adoption sets, are kept);
 - cluster-wide objects a fresh sandbox has none of: ValidatingAdmissionPolicies and their
   bindings, admission webhooks, ResourceSlices, ClusterPolicies other than ``cluster-policy`` (and
   that one, with its status, when it is missing);
@@ -140,6 +140,10 @@ def _nodes(sdir: Path, state: dict, core, admin, timeout: float) -> list[str]:
         if patch:
             core.patch_node(name, patch)
             done.append(f"node {name}: put back {', '.join(sorted(k for p in patch.values() for k in p))}")
+        # the node is back: its kubelet readies, runs and deletes its pods again
+        back = cluster.mark_pods_down(core, name, False)
+        if back:
+            done.append(f"node {name}: its pods run again ({len(back)})")
         have = node.status.allocatable or {}
         if have != want["status"]["allocatable"]:
             # a merge patch: a resource the body lacks is removed by its null

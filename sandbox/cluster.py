@@ -651,6 +651,29 @@ def ensure_nodes(sdir: Path, gpu_nodes: int) -> None:
     wait_nodes_ready(sdir, names)
 
 
+NODE_DOWN = "sandbox.bcd.dev/node-down"
+
+
+def mark_pods_down(core, node: str, down: bool) -> list[str]:
+    """Annotate (``down``) or un-annotate the pods bound to Node ``node`` with ``NODE_DOWN``, which
+    every KWOK pod stage skips: no kubelet readies, runs or deletes them, so a deleted pod stays
+    Terminating until the node is back, as on a real cluster. Returns the pods changed."""
+    from kubernetes.client.rest import ApiException
+
+    changed = []
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        if ((pod.metadata.annotations or {}).get(NODE_DOWN) == "true") == down:
+            continue
+        try:
+            core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                      {"metadata": {"annotations": {NODE_DOWN: "true" if down else None}}})
+        except ApiException as exc:
+            if exc.status != 404:  # gone meanwhile: nothing to mark
+                raise
+        changed.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+    return changed
+
+
 def add_nodes(sdir: Path, count: int) -> list[str]:
     """Add ``count`` GPU nodes after the highest ``gpu-node-K``; wait until Ready; return their names."""
     if count < 1:

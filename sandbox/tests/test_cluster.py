@@ -259,6 +259,41 @@ def test_a_pod_marked_not_ready_turns_ready_again_unless_its_containers_are_not(
         assert ready("dead") == "False"
 
 
+def test_a_pod_on_a_down_node_is_not_ready_and_stays_terminating_until_the_node_is_back(sandbox, namespace):
+    """As on a real cluster whose kubelet cannot run pods: on a Node ``set_node_not_ready`` holds,
+    nothing readies a pod again once it is marked not Ready (the node lifecycle controller does so
+    when a Node stops reporting), and a deleted pod stays Terminating. Once ``release_node`` brings
+    the Node back, the pod is deleted."""
+    ns = namespace("down")
+    node = sandbox.gpu_node_names()[0]
+    with sandbox.api_client() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {
+            "nodeName": node, "containers": [{"name": "app", "image": IMAGE.format(DIGEST_A)}]}})
+
+        def ready() -> str | None:
+            pod = core.read_namespaced_pod("p", ns)
+            return next((c.status for c in pod.status.conditions or [] if c.type == "Ready"), None)
+
+        wait_for("pod p Ready", lambda: ready() == "True")
+        sandbox.set_node_not_ready(node)
+        try:
+            core.patch_namespaced_pod_status("p", ns, {"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}})
+            time.sleep(3)  # KWOK's stages had time to ready it again: none may
+            assert ready() == "False"
+            core.delete_namespaced_pod("p", ns)
+            time.sleep(3)
+            pod = core.read_namespaced_pod("p", ns)  # still there: no kubelet confirms the delete
+            assert pod.metadata.deletion_timestamp is not None
+        finally:
+            sandbox.release_node(node)
+        wait_for("pod p gone once the node is back", lambda: not core.list_namespaced_pod(
+            ns, field_selector="metadata.name=p").items)
+        assert not [p for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+                    if (p.metadata.annotations or {}).get(cluster.NODE_DOWN)]
+
+
 def test_daemonset_rollout_to_a_dead_digest_stalls_at_max_unavailable(sandbox, namespace):
     ns = namespace("stall")
     n = len(sandbox.gpu_node_names())

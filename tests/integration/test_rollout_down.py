@@ -4,11 +4,11 @@ rollout before any change, and a Node that joins meanwhile is named. Each starts
 cluster adopted on the inventory's digest (3 GPU nodes by default), holds Nodes NotReady
 (``sandbox.set_node_not_ready``) and releases them whatever happens.
 
-The sandbox is kinder than a real cluster here: its simulated kubelet (KWOK) deletes a pod on a
-NotReady Node at once, and runs a new one there, where a real Node whose kubelet stopped keeps the
-pod Terminating until it is back. So once the stages passed and the render's RollingUpdate is
-applied, the DaemonSet controller gives the held Node the new pod at once here; these tests
-check what the rollout itself does (which stage rolled what, what the report says), not that.
+A held Node behaves as a real one whose kubelet stopped (``cluster.mark_pods_down``): the node
+lifecycle controller marks its pod not Ready, and a pod deleted there stays Terminating until the
+Node is back. So once the stages passed and the render's RollingUpdate is applied, the held
+Node's old pod waits, Terminating or not, and the next run after the Node is back finds it on
+the new digest.
 """
 
 from __future__ import annotations
@@ -65,11 +65,14 @@ def test_a_notready_node_is_left_behind_and_on_the_new_digest_after_the_next_run
         for node in nodes:
             if node != down:
                 assert image(running[node]) == new and ready(running[node]), node
+        # as on a real cluster, nothing runs the new pod on the down Node: its old pod stays (not
+        # Ready, or Terminating once the DaemonSet controller deleted it)
+        assert down not in running or (image(running[down]) != new and not ready(running[down])), running.get(down)
     finally:
         sandbox.release_node(down)
 
-    # back: the DaemonSet controller gives it the new pod (the render's RollingUpdate; here at once,
-    # see above), and the next run finds the whole fleet on the new digest
+    # back: its kubelet ends the old pod, the DaemonSet controller gives it the new one (the
+    # render's RollingUpdate), and the next run finds the whole fleet on the new digest
     again, summary = rollout(tmp_path, "again", "-e", f"bcd_image={new}")
     assert again.returncode == 0, again.stdout[-4000:]
     running = pods(sandbox)
