@@ -182,6 +182,8 @@ def crashed_in_soak(sandbox, cp, cpvars, tmp_path, digest: str, *args: str) -> N
     assert "soak" in summary["failed_nodes"][0]["why"] and "not Ready" in summary["failed_nodes"][0]["why"], summary
     assert [s["outcome"] for s in summary["stages"]][:1] == ["failed"]
     assert all(s["outcome"] == "not started" for s in summary["stages"][1:])
+    # the canary's pod was replaced twice: the recap counts a change beside the failure
+    assert recap(run.stdout)["sandbox"]["changed"] >= 1, run.stdout[-3000:]
     assert_fleet_on(sandbox, cp, cpvars, before)
 
 
