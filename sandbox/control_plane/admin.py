@@ -31,6 +31,11 @@ POST       /nodes/conditions      ``{"hostname", "type", "status", "reason"?, "m
                                   ``status`` "True", "False" or "Unknown"), or with ``status``
                                   null clear it. Answers ``{"hostname", "changed",
                                   "conditions"}``; 404 if the control plane has no such node.
+POST       /pods/backoff          ``{"uid": "<pod uid>", "seconds": 0 to 3600}``: that bcd
+                                  pod's failed join is retried only ``seconds`` from now, as a
+                                  kubelet's back-off at its 5-minute cap (the sandbox's own
+                                  stops at 32 s). Answers ``{"uid", "failures", "seconds"}``;
+                                  404 if that pod is not backing off a failed join.
 =========  =====================  ===========================================================
 
 The client: ``Admin.for_sandbox(sdir)`` (reads ``state.json`` and the admin token).
@@ -165,6 +170,18 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
         return {"hostname": doc["hostname"], "changed": changed,
                 "conditions": [node["conditions"][k] for k in sorted(node["conditions"])]}
 
+    async def backoff(request):
+        doc = await body(request)
+        if not isinstance(doc, dict) or set(doc) != {"uid", "seconds"} or not isinstance(doc["uid"], str):
+            raise FaultError('the body must be {"uid": "<pod uid>", "seconds": <0 to 3600>}')
+        seconds = doc["seconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 3600:
+            raise FaultError("seconds: must be a number from 0 to 3600")
+        held = joiner.hold_backoff(doc["uid"], float(seconds)) if joiner is not None else None
+        if held is None:
+            raise _NotFound(f"no pod {doc['uid']!r} is backing off a failed join")
+        return held
+
     async def not_found(request, exc):
         return _error("NOT_FOUND", f"no route {request.method} {request.url.path}", 404)
 
@@ -178,6 +195,7 @@ def build_admin_app(token: str, faults: Faults, store, joiner) -> Starlette:
         Route("/nodes/allocation", guarded(allocation), methods=["POST"]),
         Route("/tokens/expire", guarded(expire), methods=["POST"]),
         Route("/nodes/conditions", guarded(node_condition), methods=["POST"]),
+        Route("/pods/backoff", guarded(backoff), methods=["POST"]),
     ], exception_handlers={404: not_found, 405: not_found})
 
 
@@ -242,6 +260,11 @@ class Admin:
 
     def set_allocation(self, hostname: str, allocation: str | None) -> dict:
         return self.request("POST", "/nodes/allocation", {"hostname": hostname, "allocation": allocation})
+
+    def hold_backoff(self, uid: str, seconds: float) -> dict:
+        """End the back-off of pod ``uid``'s failed join ``seconds`` from now (a kubelet's 5-minute
+        cap, say); AdminError (404) when that pod is not backing off."""
+        return self.request("POST", "/pods/backoff", {"uid": uid, "seconds": seconds})
 
     def forget_nodes(self, hostnames: list[str] | None = None) -> list[str]:
         body = {} if hostnames is None else {"hostnames": hostnames}

@@ -277,6 +277,8 @@ class JoinSimulator:
         self.last_ready: dict[str, float] = {}
         # uid -> (failed runs of its join container, monotonic time of the next run)
         self.backoff: dict[str, tuple[int, float]] = {}
+        # uid -> monotonic time before which its join is not run again (admin: a held back-off)
+        self.held: dict[str, float] = {}
         # uid -> (monotonic time first seen bound with no status, nudges so far, next nudge at)
         self.unplayed: dict[str, tuple[float, int, float]] = {}
         self.crashing: dict[str, Crash] = {}  # uid -> the crash loop played on that pod
@@ -462,6 +464,8 @@ class JoinSimulator:
                 del self.events[key]
             for uid in [u for u in self.backoff if u not in pods]:
                 del self.backoff[uid]
+            for uid in [u for u in self.held if u not in pods]:
+                del self.held[uid]
             for uid in [u for u in self.unplayed if u not in pods]:
                 del self.unplayed[uid]
             for uid in [u for u in self.crashing if u not in pods]:
@@ -484,6 +488,7 @@ class JoinSimulator:
                 with self.lock:
                     last = self.outcomes.get(uid)
                     _failures, due = self.backoff.get(uid, (0, 0.0))
+                    due = max(due, self.held.get(uid, 0.0))
                 # (the pod in the cache may predate our own status update: the outcome and the
                 # back-off are the truth)
                 if last and last.ok:
@@ -969,6 +974,17 @@ class JoinSimulator:
         """The last join attempt of every bcd pod the simulator tried, by Node name."""
         with self.lock:
             return sorted((o.view() for o in self.outcomes.values()), key=lambda v: (v["node"], v["pod"]))
+
+    def hold_backoff(self, uid: str, seconds: float) -> dict | None:
+        """Run the pod ``uid``'s join again no sooner than ``seconds`` from now, whatever its own
+        back-off says (a kubelet's reaches 5 minutes; the sandbox's 2 s doubling stops at 32 s).
+        None when the simulator holds no back-off for that pod (it has not failed, or it is gone)."""
+        with self.lock:
+            if uid not in self.backoff:
+                return None
+            failures, _due = self.backoff[uid]
+            self.held[uid] = time.monotonic() + seconds
+        return {"uid": uid, "failures": failures, "seconds": seconds}
 
     def forgotten(self, nodes: list[dict]) -> None:
         """The control plane forgot ``nodes`` (admin): drop their label and retry their pods."""
