@@ -65,6 +65,29 @@ def results(runs, probes: dict, cfg, machine: dict) -> dict:
                 "cpu_s": _cpu(ours, floor),
                 # ours under mitogen's strategy (BENCH_MITOGEN), against the same floor
                 "mitogen": _mitogen_point(mitogen, floor_s),
+                "stage_limit": _stage_limit(ours, ours_s),
+            })
+    for size in sizes:
+        down = [r for r in runs if r.scenario == "rollout-down" and r.nodes == size and r.who == "ours"]
+        if down:
+            back = [r for r in runs if r.scenario == "rollout-down" and r.nodes == size and r.who == "return"]
+            ours_s = _median([r.seconds for r in down])
+            floor = [r for r in runs if r.scenario == "rollout-down" and r.nodes == size and r.who == "floor"]
+            out.append({
+                "scenario": "rollout-down", "nodes": size, "down": down[0].extra.get("down"),
+                "ours_s": round(ours_s, 1), "floor_s": None, "ratio": None,
+                # kubectl rollout status with the same nodes down, given ours' time: how many of its
+                # runs finished in it (0: the floor cannot roll a fleet with nodes down)
+                "floor_down": {"runs": len(floor), "finished": sum(1 for r in floor if r.extra.get("returncode") == 0),
+                               "timeout_s": _median([r.extra.get("timeout_s") or 0 for r in floor])} if floor else None,
+                "peak_rss_mb": round(max(r.peak_rss_mb for r in down), 1),
+                "peak_pss_mb": round(max(r.peak_pss_mb for r in down), 1),
+                "cp_requests": {"ours": round(_median([r.cp["total"] for r in down])), "floor": None},
+                "kube_requests": {"ours": round(_median([r.kube["total"] for r in down])), "floor": None},
+                "cpu_s": None, "mitogen": None,
+                "stage_limit": _stage_limit(down, ours_s),
+                # the run after the down nodes returned, which leaves the whole fleet on the new digest
+                "return_s": round(_median([r.seconds for r in back]), 1) if back else None,
             })
     demo = [r for r in runs if r.scenario == "demo"]
     if demo:
@@ -93,6 +116,17 @@ def results(runs, probes: dict, cfg, machine: dict) -> dict:
     return {"results": out, "machine": machine}
 
 
+def _stage_limit(ours: list, ours_s: float) -> dict | None:
+    """The median stage plan limit of the runs that kept one (bench.stages), and ours beside it."""
+    limits = [r.extra["stage_limit"] for r in ours if r.extra.get("stage_limit")]
+    if not limits:
+        return None
+    limit_s = _median([x["limit_s"] for x in limits])
+    return {"limit_s": round(limit_s, 1), "ratio": round(ours_s / limit_s, 2) if limit_s else None,
+            "stages": _median([x["stages"] for x in limits]),
+            "slowest_pod_s": _median([x["slowest_pod_s"] for x in limits]), "soak_s": limits[0]["soak_s"]}
+
+
 def _cpu(ours: list, floor: list) -> dict | None:
     """The median CPU seconds of ours and of the floor, or None when a run did not record it."""
     if any("cpu_s" not in r.extra for r in ours + floor):
@@ -113,7 +147,7 @@ def merged(res: dict, previous: dict | None) -> dict:
             if (r["scenario"], r["nodes"]) not in have]
     if not kept:
         return res
-    order = {s: i for i, s in enumerate((*SCENARIOS, "demo"))}
+    order = {s: i for i, s in enumerate((*SCENARIOS, "rollout-down", "demo"))}
     rows = sorted([*res["results"], *kept], key=lambda r: (order.get(r["scenario"], 9), r["nodes"]))
     earlier = {k: v for k, v in (previous.get("machine") or {}).items() if k != "earlier"}
     return {"results": rows, "machine": {**res["machine"], "earlier": earlier}}
@@ -141,14 +175,17 @@ def table(res: dict) -> str:
     """The Markdown table of the results."""
     head = ("| scenario | nodes | ours (s) | floor (s) | ours/floor | target | peak PSS (MB) | peak RSS (MB) "
             "| CP requests ours / floor "
-            "| CP per poll ours / floor (max) | Kubernetes requests ours / floor |")
+            "| CP per poll ours / floor (max) | Kubernetes requests ours / floor | stage plan limit (s) | ours/limit |")
     mitogen = any(r.get("mitogen") for r in res["results"])
     if mitogen:
         head += " mitogen (s) | mitogen/floor | mitogen peak RSS (MB) |"
-    lines = [head, "|" + "---|" * (14 if mitogen else 11)]
+    lines = [head, "|" + "---|" * (16 if mitogen else 13)]
     for r in res["results"]:
         if r["scenario"] == "demo":
             lines.append(_demo_row(r) + (" - | - | - |" if mitogen else ""))
+            continue
+        if r["scenario"] == "rollout-down":
+            lines.append(_down_row(r) + (" - | - | - |" if mitogen else ""))
             continue
         target = (ROLLOUT_RATIO_TARGET if r["scenario"] == "rollout" else RATIO_TARGET).get(r["nodes"])
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
@@ -165,7 +202,8 @@ def table(res: dict) -> str:
             per_poll = f"{_fmt(pp['ours'])} / {_fmt(pp['floor'])} (≤ {pp['target_max']}){' ✓' if ok else ' ✗'}"
         lines.append(f"| {r['scenario']} | {r['nodes']} | {r['ours_s']:.1f} | {r['floor_s']:.1f} | {ratio}{mark} | "
                      f"{'≤ ' + str(target) if target else '-'} | {mem} | {r['cp_requests']['ours']} / "
-                     f"{r['cp_requests']['floor']} | {per_poll} | {r['kube_requests']['ours']} / {r['kube_requests']['floor']} |")
+                     f"{r['cp_requests']['floor']} | {per_poll} | {r['kube_requests']['ours']} / {r['kube_requests']['floor']} | "
+                     f"{_limit_cells(r)} |")
         if mitogen:
             m = r.get("mitogen")
             if m:
@@ -178,12 +216,33 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _limit_cells(r: dict) -> str:
+    """The stage plan limit and ours beside it: ``"52.0 (10 x (0 + 5)) | 1.08"``, or dashes."""
+    lim = r.get("stage_limit")
+    if not lim:
+        return "- | -"
+    ratio = "-" if lim["ratio"] is None else f"{lim['ratio']:.2f}"
+    return f"{lim['limit_s']:.1f} ({lim['stages']:g} x ({lim['slowest_pod_s']:g} + {lim['soak_s']:g})) | {ratio}"
+
+
+def _down_row(r: dict) -> str:
+    """rollout-down's row: the floor's column says whether kubectl rollout status, with the same
+    nodes down and ours' time, finished."""
+    back = "" if r.get("return_s") is None else f"; back: {r['return_s']:.1f}"
+    fd = r.get("floor_down")
+    floor = "-" if not fd else f"finished {fd['finished']} of {fd['runs']} in {fd['timeout_s']:g} s"
+    pss = "-" if r.get("peak_pss_mb") is None else f"{r['peak_pss_mb']:.0f}"
+    return (f"| rollout, {r['down']} down | {r['nodes']} | {r['ours_s']:.1f}{back} | {floor} | - | - | {pss} | "
+            f"{r['peak_rss_mb']:.0f} | {r['cp_requests']['ours']} / - | - | {r['kube_requests']['ours']} / - | "
+            f"{_limit_cells(r)} |")
+
+
 def _demo_row(r: dict) -> str:
     """make demo's row: its time against its own target (no floor, no request counts)."""
     mark = " ✓" if r["met"] else " ✗"
     playbook = "" if r.get("playbook_s") is None else f" (adopt-cluster.yml {r['playbook_s']:g})"
     return (f"| make demo, warm, from a stopped sandbox | {r['nodes']} | {r['ours_s']:.1f}{playbook}{mark} | - | - | "
-            f"< {r['target_s']} s | - | - | - | - | - |")
+            f"< {r['target_s']} s | - | - | - | - | - | - | - |")
 
 
 def _runs(per_point) -> str:
@@ -228,7 +287,7 @@ def generated(res: dict, runs, failed: str | None) -> str:
     if earlier:
         # merged runs keep rows from several earlier runs: each row says when it was measured
         kept = sorted((r for r in res["results"] if r.get("measured")),
-                      key=lambda r: (r["measured"], (*SCENARIOS, "demo").index(r["scenario"]), r["nodes"]))
+                      key=lambda r: (r["measured"], (*SCENARIOS, "rollout-down", "demo").index(r["scenario"]), r["nodes"]))
         by_run: dict[str, list[str]] = {}
         for r in kept:
             by_run.setdefault(r["measured"], []).append(f"{r['scenario']} at {r['nodes']}")

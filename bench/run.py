@@ -11,7 +11,15 @@ ours and the floor in turn:
   before each run the bcd namespace is deleted (waited until gone) and the control-plane
   emulator forgets the nodes, so every run adopts the whole cluster;
 - rollout: ``rollout.yml`` to a new digest against ``bench/floor/rollout.sh`` (kubectl set image,
-  rollout status), both with maxUnavailable ``BENCH_MAX_UNAVAILABLE`` (default 10%).
+  rollout status), both with maxUnavailable ``BENCH_MAX_UNAVAILABLE`` (default 10%); ours also
+  beside its stage plan's own limit, stages x (slowest pod + soak), from its report and the
+  pods' timestamps (``bench.stages``);
+- rollout-down: ``rollout.yml`` to a new digest with ``BENCH_DOWN`` (default 5%) of the GPU nodes
+  NotReady (``Sandbox.set_node_not_ready``: a stopped kubelet), beside its stage plan's limit:
+  it must leave exactly those nodes behind and roll the rest; then the nodes return and a second
+  run (``return``) must leave the whole fleet on the new digest. The floor, with the same nodes
+  down, is given as long as ours took (``TIMEOUT``): whether ``kubectl rollout status`` finished
+  in that time is reported beside it.
 
 Before the sizes, ``demo``: ``make demo`` warm (``BENCH_DEMO_CMD``), ``BENCH_RUNS`` times, each
 from a stopped sandbox (its own directory ``BENCH_DEMO_DIR``, default ``<repo>/.sandbox-bench-demo``,
@@ -55,7 +63,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import counts, measure, report
+from bench import counts, measure, report, stages
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -68,8 +76,9 @@ REPORTING = ("adopting", "ready", "draining")
 IMAGE_REPO = "registry.example.com/better-compute/bcd:0.1.0"
 RUN_TIMEOUT = 3600.0
 # render, adopt and rollout run at every size against the floor; demo (make demo warm) once, first.
-SCENARIOS = ("render", "adopt", "rollout", "demo")
-SIZED = ("render", "adopt", "rollout")
+SCENARIOS = ("render", "adopt", "rollout", "rollout-down", "demo")
+SIZED = ("render", "adopt", "rollout", "rollout-down")
+SOAK_FILE = ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml"
 DEMO_TIMEOUT = 900.0
 
 
@@ -92,6 +101,7 @@ class Config:
     merge: bool = False
     demo_dir: Path | None = None
     demo_cmd: list[str] = field(default_factory=lambda: ["make", "demo"])
+    down: str = "5%"
 
     def runs_for(self, size: int) -> int:
         """Runs per point at ``size`` nodes (BENCH_RUNS_AT, else BENCH_RUNS)."""
@@ -114,6 +124,9 @@ class Config:
         mu = os.environ.get("BENCH_MAX_UNAVAILABLE", "10%")
         if not re.fullmatch(r"[1-9]\d*%?", mu):
             raise BenchError(f"BENCH_MAX_UNAVAILABLE: {mu!r} is not a count or a percentage")
+        down = os.environ.get("BENCH_DOWN", "5%")
+        if not re.fullmatch(r"[1-9]\d*%?", down):
+            raise BenchError(f"BENCH_DOWN: {down!r} is not a count or a percentage")
         scenarios = os.environ.get("BENCH_SCENARIOS", " ".join(SCENARIOS)).split()
         mitogen = os.environ.get("BENCH_MITOGEN", "1" if mitogen_strategy_dir() else "0") in ("1", "true", "yes")
         if mitogen and not mitogen_strategy_dir():
@@ -129,7 +142,13 @@ class Config:
                    profile=os.environ.get("BENCH_PROFILE", "1") not in ("0", "false", "no"), scenarios=scenarios,
                    mitogen=mitogen, merge=os.environ.get("BENCH_MERGE", "") in ("1", "true", "yes"),
                    demo_dir=Path(os.environ.get("BENCH_DEMO_DIR", ROOT / ".sandbox-bench-demo")).resolve(),
-                   demo_cmd=demo_cmd)
+                   demo_cmd=demo_cmd, down=down)
+
+    def down_count(self, size: int) -> int:
+        """How many of ``size`` GPU nodes rollout-down holds NotReady (a percentage rounded up)."""
+        if self.down.endswith("%"):
+            return max(1, math.ceil(size * int(self.down[:-1]) / 100))
+        return min(size, int(self.down))
 
 
 def gate_timeout(size: int) -> tuple[str, ...]:
@@ -156,7 +175,7 @@ class Run:
 
     scenario: str
     nodes: int
-    who: str  # ours | mitogen (ours under mitogen's strategy) | floor
+    who: str  # ours | mitogen (ours under mitogen's strategy) | floor | return (rollout-down's second run)
     index: int
     seconds: float
     peak_rss_mb: float
@@ -293,7 +312,7 @@ class Bench:
             "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
         })
         if self.cfg.profile:
-            env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
+            env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks,bcd.kubernetes.left_behind"
             env["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "all"
         return env
 
@@ -310,7 +329,10 @@ class Bench:
 
     # -- one measured run -----------------------------------------------------------------------
 
-    def measured(self, scenario: str, size: int, who: str, index: int, argv: list[str], env: dict[str, str]) -> Run:
+    def measured(self, scenario: str, size: int, who: str, index: int, argv: list[str], env: dict[str, str],
+                 may_fail: bool = False) -> Run:
+        """One run, timed and counted; a failed run stops the bench unless ``may_fail`` (then its
+        exit status is kept in ``extra["returncode"]``)."""
         audit = counts.AuditLog(self.sdir / "logs" / "audit.log")
         mark = audit.mark()
         self.admin.reset_counters()
@@ -318,12 +340,13 @@ class Bench:
         m = measure.run(argv, env, ROOT, RUN_TIMEOUT, log)
         cp = counts.cp_requests(self.admin.counters())
         kube = audit.requests(mark)
-        if m.returncode != 0:
+        if m.returncode != 0 and not may_fail:
             tail = "\n".join((m.stdout + m.stderr).strip().splitlines()[-25:])
             raise BenchError(f"{scenario} {who} run {index} at {size} nodes failed (exit {m.returncode}); log {log}:\n{tail}")
         run = Run(scenario, size, who, index, round(m.seconds, 2), round(m.peak_rss_mb, 1), round(m.peak_pss_mb, 1),
                   cp, kube, m.load, str(log.relative_to(ROOT)))
         run.extra["cpu_s"] = round(m.cpu_s, 1)
+        run.extra["returncode"] = m.returncode
         polls = re.search(r"after (\d+) poll", m.stdout)
         if polls:
             run.extra["polls"] = int(polls.group(1))
@@ -347,8 +370,9 @@ class Bench:
         """Who runs our playbooks: plain Ansible, and mitogen's strategy when BENCH_MITOGEN."""
         return ("ours", "mitogen") if self.cfg.mitogen else ("ours",)
 
-    def floor(self, scenario: str, size: int, index: int, script: str, **env: str) -> Run:
-        return self.measured(scenario, size, "floor", index, ["bash", str(FLOOR / script)], self.floor_env(**env))
+    def floor(self, scenario: str, size: int, index: int, script: str, may_fail: bool = False, **env: str) -> Run:
+        return self.measured(scenario, size, "floor", index, ["bash", str(FLOOR / script)], self.floor_env(**env),
+                             may_fail=may_fail)
 
     # -- states ---------------------------------------------------------------------------------
 
@@ -439,12 +463,105 @@ class Bench:
             self.wait_fleet(size)
             for who in self.ours():
                 image = digest_image(f"bench-{size}-{who}-{i}-{time.time_ns()}")
-                self.playbook("rollout", size, i, "rollout.yml", "-e", f"bcd_image={image}",
-                              "-e", f"bcd_rollout_max_unavailable={mu}", *gate_timeout(size), who=who)
+                out = self.work / f"rollout-{size}-{who}-{i}.json"
+                run = self.playbook("rollout", size, i, "rollout.yml", "-e", f"bcd_image={image}",
+                                    "-e", f"bcd_rollout_max_unavailable={mu}", "-e", f"bcd_report_out={out}",
+                                    *gate_timeout(size), who=who)
                 self.wait_fleet(size, image)
+                self.judge_stages(run, out, image)
             image = digest_image(f"bench-{size}-floor-{i}-{time.time_ns()}")
             self.floor("rollout", size, i, "rollout.sh", BCD_IMAGE=image, MAX_UNAVAILABLE=mu)
             self.wait_fleet(size, image)
+
+    def soak_s(self) -> float:
+        """``bcd_rollout_soak`` of the sandbox inventory, in seconds (``5s``, ``2m``, ``30``)."""
+        raw = str(yaml.safe_load(SOAK_FILE.read_text()).get("bcd_rollout_soak", "30s"))
+        got = re.fullmatch(r"(\d+)([sm]?)", raw.strip())
+        if not got:
+            raise BenchError(f"{SOAK_FILE}: bcd_rollout_soak {raw!r} is not whole seconds or minutes")
+        return float(got.group(1)) * (60 if got.group(2) == "m" else 1)
+
+    def bcd_pods(self) -> list[dict]:
+        return json.loads(self.kubectl("-n", NAMESPACE, "get", "pods", "-o", "json"))["items"]
+
+    def judge_stages(self, run: Run, report_file: Path, image: str) -> dict:
+        """Keep, in ``run.extra["stage_limit"]``, the stage plan's own limit of that rollout."""
+        rep = json.loads(report_file.read_text())
+        try:
+            limit = stages.stage_limit(rep, self.bcd_pods(), image, self.soak_s())
+        except ValueError as exc:
+            raise BenchError(f"{run.scenario} {run.who} run {run.index} at {run.nodes} nodes: {exc}") from None
+        run.extra["stage_limit"] = limit
+        run.extra["result"] = rep.get("result")
+        say(f"{run.scenario:<7} {run.nodes:>5} nodes  {run.who:<5} #{run.index}: stage plan limit {limit['limit_s']:.1f}s "
+            f"({limit['stages']} stages x ({limit['slowest_pod_s']:.0f}s slowest pod + {limit['soak_s']:.0f}s soak)), "
+            f"ours/limit {run.seconds / limit['limit_s']:.2f}" if limit["limit_s"] else "no stage rolled a node")
+        return rep
+
+    def wait_rolled(self, image: str, nodes: set[str], timeout: float = 900) -> None:
+        """Wait until each of ``nodes`` runs a Ready bcd pod on ``image``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            on = {p["spec"].get("nodeName") for p in self.bcd_pods()
+                  if p["spec"]["containers"][0]["image"] == image and stages._ready_at(p)}
+            missing = nodes - on
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"{len(missing)} node(s) not on {image} within {timeout:g}s: {sorted(missing)[:5]}")
+            time.sleep(2)
+
+    def rollout_down_phase(self, size: int) -> None:
+        """Our rollout with ``BENCH_DOWN`` of the GPU nodes NotReady, then the run after they return."""
+        if "adopt" not in self.cfg.scenarios:
+            raise BenchError("the rollout-down scenario needs the adopt scenario before it (BENCH_SCENARIOS)")
+        from sandbox.api import Sandbox
+
+        sb = Sandbox(self.sdir)
+        mu = self.cfg.max_unavailable
+        for i in range(1, self.cfg.runs_for(size) + 1):
+            self.wait_fleet(size)
+            nodes = self.gpu_nodes()
+            count = self.cfg.down_count(size)
+            # spread over the fleet, as failures are: every (size / count)-th node
+            held = {nodes[(k * len(nodes)) // count] for k in range(count)}
+            image = digest_image(f"bench-{size}-down-{i}-{time.time_ns()}")
+            out = self.work / f"rollout-down-{size}-{i}.json"
+            for name in sorted(held):
+                sb.set_node_not_ready(name)
+            try:
+                run = self.playbook("rollout-down", size, i, "rollout.yml", "-e", f"bcd_image={image}",
+                                    "-e", f"bcd_rollout_max_unavailable={mu}", "-e", f"bcd_report_out={out}",
+                                    *gate_timeout(size))
+                self.wait_rolled(image, set(nodes) - held)
+                rep = self.judge_stages(run, out, image)
+                behind = {b["node"] for b in rep.get("left_behind") or []}
+                if rep.get("result") != "succeeded" or behind != held:
+                    raise BenchError(f"rollout-down run {i} at {size} nodes: result {rep.get('result')}, left behind "
+                                     f"{len(behind)} node(s), not the {len(held)} held down ({sorted(behind ^ held)[:5]} differ)")
+                run.extra["down"] = len(held)
+            finally:
+                for name in sorted(held):
+                    sb.release_node(name, timeout=300)
+            # back: the next run finds every node on the new digest (rolling what is left)
+            back = self.playbook("rollout-down", size, i, "rollout.yml", "-e", f"bcd_image={image}",
+                                 "-e", f"bcd_rollout_max_unavailable={mu}", *gate_timeout(size), who="return")
+            self.wait_fleet(size, image)
+            back.extra["down"] = len(held)
+            # the floor with the same nodes down, given as long as ours took: kubectl rollout status
+            # waits for every node, the down ones included
+            floor_image = digest_image(f"bench-{size}-down-floor-{i}-{time.time_ns()}")
+            for name in sorted(held):
+                sb.set_node_not_ready(name)
+            try:
+                floor = self.floor("rollout-down", size, i, "rollout.sh", may_fail=True, BCD_IMAGE=floor_image,
+                                   MAX_UNAVAILABLE=mu, TIMEOUT=str(max(1, math.ceil(run.seconds))))
+                floor.extra["down"] = len(held)
+                floor.extra["timeout_s"] = max(1, math.ceil(run.seconds))
+            finally:
+                for name in sorted(held):
+                    sb.release_node(name, timeout=300)
+            self.wait_fleet(size, floor_image)
 
     def demo_env(self) -> dict[str, str]:
         """What a user's shell has for ``make demo``, with the demo's own sandbox directory, and
@@ -517,6 +634,8 @@ class Bench:
                     self.adopt_phase(size)
                 if "rollout" in self.cfg.scenarios:
                     self.rollout_phase(size)
+                if "rollout-down" in self.cfg.scenarios:
+                    self.rollout_down_phase(size)
                 # the next size adds nodes: no DaemonSet to spread to them meanwhile
                 self.reset_adoption()
         except BenchError as exc:
@@ -575,6 +694,7 @@ class Bench:
             "started_at": self.started_at.isoformat(timespec="seconds"),
             "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "runs_per_point": {str(n): self.cfg.runs_for(n) for n in self.cfg.sizes}, "max_unavailable": self.cfg.max_unavailable,
+            "down": self.cfg.down,
             "floor_poll_interval_s": self.cfg.floor_poll_interval,
             "mitogen": _mitogen_version() if self.cfg.mitogen else None,
         }
