@@ -303,6 +303,29 @@ def _failure_reason(rec) -> str:
     return _reason(str(rec.get("failure") or "").split(": ", 1)[-1])
 
 
+def _rollout_left(report) -> tuple[str, str | None]:
+    """What a rollout that passed left to do, from its report: ``("; 1 down node(s) left behind
+    (gpu-node-2)...", the next command)``, or ``("", None)``."""
+    def names(items) -> list[str]:
+        return [i.get("node") if isinstance(i, Mapping) else str(i) for i in items if i]
+
+    behind = names(report.get("left_behind") or [])
+    unverified = names(report.get("not_verified") or [])
+    joined = names(report.get("joined") or [])
+    parts, then = [], []
+    for listed, what in ((behind, "down node(s) left behind"), (unverified, "rolled but not verified (their Node went down)"),
+                        (joined, "joined during the rollout, not judged")):
+        if listed:
+            shown = ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
+            parts.append(f"{len(listed)} {what} ({shown})")
+    if behind or unverified:
+        then.append("ansible-playbook rollout.yml with the same bcd_image once the down Nodes are back "
+                    "(audit.yml names each node still behind meanwhile)")
+    if joined:
+        then.append("ansible-playbook add-nodes.yml (a Node that joined has no join token yet)")
+    return "".join(f"; {p}" for p in parts), ("; then ".join(then) or None)
+
+
 def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
     """(what happened to one cluster, the next command or None), from its record."""
     playbook, name, nodes = rec["playbook"], rec["cluster"], _nodes(rec)
@@ -345,21 +368,27 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         return f"cluster {name}: nothing changed{plan}", f"ansible-playbook {playbook}.yml without --check"
     if playbook in ("adopt-cluster", "add-nodes"):
         joined = nodes.get("joined", 0)
-        head = f"cluster {name} adopted" if playbook == "adopt-cluster" else f"cluster {name}: {joined} node(s) joined by this run"
+        # None: the token's uses could not be read from the control plane
+        count = "an unknown number of" if joined is None else joined
+        head = f"cluster {name} adopted" if playbook == "adopt-cluster" else f"cluster {name}: {count} node(s) joined by this run"
         if not counted:
             return f"{head} (no node report was read)", None
         if playbook == "adopt-cluster" and joined:
             reports += f", {joined} joined by this run"
+        elif playbook == "adopt-cluster" and joined is None:
+            reports += ", how many joined by this run is unknown (the control plane did not say)"
         left = nodes["selected"] - nodes["reporting"]
         return f"{head}: {reports}", ("ansible-playbook add-nodes.yml" if left > 0 else None)
     if playbook == "rollout":
         result = report.get("result")
         to = _short_image((report.get("to") or {}).get("image"))
+        left, then = _rollout_left(report)
         if result == "succeeded" and not nodes.get("rolled"):
-            return f"cluster {name}: applied on {to}; the pod template did not change, so no node rolled", None
+            why = "no node rolled" if left else "the pod template did not change, so no node rolled"
+            return f"cluster {name}: applied on {to}; {why}{left}", then
         if result == "succeeded":
             return (f"cluster {name} rolled to {to}: {nodes.get('rolled', 0)} of {nodes.get('selected', 0)} selected "
-                    "node(s) rolled"), None
+                    f"node(s) rolled{left}"), then
         if result == "unchanged":
             return f"cluster {name} already runs {to} and is healthy: nothing to roll", None
         return f"cluster {name}: {_reason(report.get('headline') or result or 'no rollout report')}", None

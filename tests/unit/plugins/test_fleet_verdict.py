@@ -168,3 +168,35 @@ def test_an_audit_verdict_counts_extra_host_paths_first():
     hv = {"c": {"audit_cluster": "c", "audit_result": {"results": [{"ok": False}, {"ok": True}],
                                                        "host_paths": ["EXTRA HOST PATH / (volume host-root ...)"]}}}
     assert verdict(hv, "audit").startswith("audit: cluster c: 1 of 2 checks FAILED, 1 EXTRA HOST PATH(S); next: ")
+
+
+def test_a_rollout_that_left_nodes_behind_says_so_and_when_to_run_again():
+    ok = {"result": "succeeded", "to": {"image": DIGEST}, "failed_nodes": [],
+          "nodes": [{"name": "n1", "outcome": "rolled, healthy"}, {"name": "n3", "outcome": "rolled, not verified: ..."},
+                    {"name": "n2", "outcome": "left behind: the Node is NotReady (...)"}],
+          "left_behind": [{"node": "n2", "why": "the Node is NotReady (...)"}],
+          "not_verified": [{"node": "n3", "why": "the Node went NotReady (...) during batch 1"}], "joined": ["n9"]}
+    line = verdict({"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": ok}}, "rollout")
+    assert line == (
+        "rollout: cluster c rolled to bcd:0.7.0@sha256:0123456789ab: 2 of 3 selected node(s) rolled; 1 down node(s) left "
+        "behind (n2); 1 rolled but not verified (their Node went down) (n3); 1 joined during the rollout, not judged (n9); "
+        "next: ansible-playbook rollout.yml with the same bcd_image once the down Nodes are back (audit.yml names each "
+        "node still behind meanwhile); then ansible-playbook add-nodes.yml (a Node that joined has no join token yet)")
+
+
+def test_a_rollout_whose_every_node_to_roll_is_down_does_not_say_the_template_did_not_change():
+    ok = {"result": "succeeded", "to": {"image": DIGEST}, "failed_nodes": [],
+          "nodes": [{"name": "n1", "outcome": "left behind: the Node is cordoned (spec.unschedulable)"}],
+          "left_behind": [{"node": "n1", "why": "the Node is cordoned (spec.unschedulable)"}]}
+    line = verdict({"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": ok}}, "rollout")
+    assert line.startswith("rollout: cluster c: applied on bcd:0.7.0@sha256:0123456789ab; no node rolled; "
+                           "1 down node(s) left behind (n1); next: ansible-playbook rollout.yml"), line
+    assert "did not change" not in line
+
+
+def test_nodes_joined_by_add_nodes_unknown_when_the_token_could_not_be_read():
+    facts = adopted("c") | {"bcd_daemonset_to_join": ["n3"], "join_token_revoked": {"revoked": ["jt_1"], "uses": None}}
+    line = verdict({"c": facts}, "add-nodes")
+    assert line.startswith("add-nodes: cluster c: an unknown number of node(s) joined by this run"), line
+    assert "None" not in line
+    assert "how many joined by this run is unknown" in verdict({"c": facts}, "adopt-cluster")
