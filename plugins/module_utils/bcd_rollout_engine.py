@@ -955,6 +955,8 @@ class Rollout:
                 lost = [n for n in members if n in self.went_down]
                 if lost:
                     record["not_verified"] = lost
+                if not problems:
+                    problems = self.lost_too_much(stage["name"], members, lost)
                 if problems:
                     record["outcome"] = "failed"
                     failed = [{"node": n, "stage": stage_of.get(n, stage["name"]), "why": w}
@@ -964,14 +966,16 @@ class Rollout:
                                            "outcome": "not started"})
                     break
                 record["outcome"] = "passed"
-                if lost and len(lost) == len(members):
-                    self.notes.append(f"stage {stage['name']} verified none of its node(s) (each went down): the next "
-                                      "stage's gate is the first to judge the new pods")
                 self.passed_at = time.monotonic()
                 i += 1
             if not failed:
-                # a Node that joined after the last stage began: named too
-                self.note_joined(self.selected(), known, None)
+                # a Node that joined after the last stage began: named too; every stage passed,
+                # so a failed read only loses that name, not the rollout
+                try:
+                    self.note_joined(self.selected(), known, None)
+                except KubeError as exc:
+                    self.notes.append(f"could not list the selected Nodes after the last stage, to name any that joined "
+                                      f"meanwhile (audit.yml names them): {exc}")
             self.left = {n: self.down.get(n) or "the Node was down at its turn" for n in pool if n in self.down}
             if failed:
                 # the nodes and why (the first few: the table has every one)
@@ -1055,6 +1059,23 @@ class Rollout:
             self.notes.append(line)
             if self.say:
                 self.say(f"{self.gate_label or 'rollout'}: {line}")
+
+    def lost_too_much(self, stage: str, members: list[str], lost: list[str]) -> dict[str, str]:
+        """Fail a stage, as a failed gate does, when the nodes that went down after taking the new
+        pod leave nothing to judge it by, or take the rollout over its down budget: a build that
+        stops its nodes' kubelets or runtimes looks exactly like that, and must not spread.
+        Returns node -> why ({} when the stage stands)."""
+        if members and len(lost) == len(members):
+            return {n: (f"{self.went_down[n]}, so no node of the {stage} was verified on the new pod: a stage that "
+                        "verifies none of its nodes does not pass (run rollout.yml again once the Node is back, if "
+                        "it went down for another reason)") for n in lost}
+        down = set(self.down) | set(self.went_down)
+        allowed = down_budget(self.inv.bcd_rollout_max_down, self.selected_count or len(down))
+        if self.went_down and len(down) > allowed:
+            return {n: (f"{self.went_down[n]}; {len(down)} of {self.selected_count} selected node(s) are down now, more "
+                        f"than bcd_rollout_max_down {self.inv.bcd_rollout_max_down} allows ({allowed})")
+                    for n in lost or sorted(self.went_down, key=natural)}
+        return {}
 
     def lose(self, node: str, why: str) -> None:
         """Leave ``node``, rolled, out of every later judgement: its Node went down (``why``,

@@ -113,57 +113,96 @@ def test_check_diff_of_an_adopted_cluster_hides_the_servers_bookkeeping(sandbox,
     assert diffs and not BOOKKEEPING.search(diffs), BOOKKEEPING.search(diffs)
 
 
-def test_a_node_that_goes_not_ready_during_its_stage_is_left_out_of_the_gate(sandbox, adopted, tmp_path):
-    """The Node goes NotReady as soon as its new pod exists (the pod itself turns Ready): its
-    stage's gate leaves it out, saying so, rather than waiting it out and rolling back; the
-    rollout goes on and its row says it was rolled but not verified."""
-    current = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
-    new = next(i for i in NEXT_IMAGES if i != current["spec"]["template"]["spec"]["containers"][0]["image"])
-    api = sandbox.api_client()
-    core = k8s.CoreV1Api(api)
+def _rollout_marking(sandbox, tmp_path, new: str, nth: int, *args: str):
+    """rollout.yml to ``new`` while a thread holds NotReady the Node of the ``nth`` pod (1: the
+    first) seen on ``new``, as soon as it exists (the pod itself turns Ready); released after."""
+    core = k8s.CoreV1Api(sandbox.api_client())
     marked: list[str] = []
+    seen: list[str] = []
     stop = threading.Event()
 
-    def mark_first_rolled_node():
+    def mark():
         while not stop.is_set():
             for pod in core.list_namespaced_pod("bcd-system", label_selector="app.kubernetes.io/name=bcd").items:
-                if pod.spec.node_name and pod.spec.containers[0].image == new:
-                    sandbox.set_node_not_ready(pod.spec.node_name)
-                    marked.append(pod.spec.node_name)
-                    return
+                node = pod.spec.node_name
+                if node and pod.spec.containers[0].image == new and node not in seen:
+                    seen.append(node)
+                    if len(seen) == nth:
+                        sandbox.set_node_not_ready(node)
+                        marked.append(node)
+                        return
             time.sleep(0.1)
 
     report = tmp_path / "rollout.json"
-    watcher = threading.Thread(target=mark_first_rolled_node, daemon=True)
+    watcher = threading.Thread(target=mark, daemon=True)
     watcher.start()
     started = time.monotonic()
     try:
         run = run_playbook("rollout.yml", "-e", f"bcd_image={new}", "-e", "bcd_rollout_gate_timeout=30",
-                           "-e", f"bcd_report_out={report}")
+                           "-e", f"bcd_report_out={report}", *args)
     finally:
         stop.set()
         watcher.join(5)
         for name in marked:
             sandbox.release_node(name)
-    took = time.monotonic() - started
-    out = _flat(run.stdout + run.stderr)
     assert marked, "the rollout replaced no pod"
+    return run, json.loads(report.read_text()), marked[0], time.monotonic() - started
+
+
+def _next_image(sandbox) -> str:
+    current = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    return next(i for i in NEXT_IMAGES if i != current["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def test_a_node_that_goes_not_ready_during_its_stage_is_left_out_of_the_gate(sandbox, adopted, tmp_path):
+    """A Node of a two-node batch goes NotReady as soon as its new pod exists: the batch's gate
+    leaves it out, saying so, rather than waiting it out and rolling back; the other node of
+    the batch is verified, the rollout goes on and its row says it was rolled but not verified."""
+    new = _next_image(sandbox)
+    # canary 1, then one batch of 2: the second node seen on the new image is in the batch
+    run, summary, down, took = _rollout_marking(sandbox, tmp_path, new, 2, "-e", "bcd_rollout_max_unavailable=2")
+    out = _flat(run.stdout + run.stderr)
     assert run.returncode == 0, out[-4000:]
-    summary = json.loads(report.read_text())
     assert summary["result"] == "succeeded" and summary["rollback"] is None, summary["headline"]
     lost = summary["not_verified"]
-    assert [n["node"] for n in lost] == [marked[0]], lost
+    assert [n["node"] for n in lost] == [down], lost
     assert lost[0]["why"].startswith("the Node went NotReady (KubeletNotReady"), lost
-    row = next(r for r in summary["nodes"] if r["name"] == marked[0])
+    assert lost[0]["why"].endswith("during batch 1"), lost
+    row = next(r for r in summary["nodes"] if r["name"] == down)
     assert row["outcome"].startswith("rolled, not verified: the Node went NotReady (KubeletNotReady"), row
     assert "audit.yml checks it once it is back" in row["outcome"]
-    assert f"{marked[0]}: the Node went NotReady (KubeletNotReady" in out and "left out of the gate" in out, out[-4000:]
+    assert f"{down}: the Node went NotReady (KubeletNotReady" in out and "left out of the gate" in out, out[-4000:]
     # not waited out: well within one gate timeout of 30 s per stage
     assert took < 30 * len(summary["stages"]), took
     ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == new, "not rolled back"
-    others = [r for r in summary["nodes"] if r["name"] != marked[0]]
+    others = [r for r in summary["nodes"] if r["name"] != down]
     assert others and all(r["outcome"].startswith("rolled, healthy") for r in others), others
+
+
+def test_a_canary_that_goes_not_ready_fails_its_stage_and_is_rolled_back(sandbox, adopted, tmp_path):
+    """The canary's Node goes NotReady as soon as its new pod exists (what a build that stops its
+    node's kubelet or runtime looks like): a stage that verified none of its nodes does not
+    pass, so the rollout rolls back, exits non-zero and names the node and why; no other node
+    took the new pod, and the rollback did not wait for the down node."""
+    before = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    old = before["spec"]["template"]["spec"]["containers"][0]["image"]
+    new = _next_image(sandbox)
+    run, summary, down, took = _rollout_marking(sandbox, tmp_path, new, 1)
+    out = _flat(run.stdout + run.stderr)
+    assert run.returncode != 0, out[-4000:]
+    assert summary["result"] == "rolled_back", summary["headline"]
+    assert [(f["node"], f["stage"]) for f in summary["failed_nodes"]] == [(down, "canary")], summary["failed_nodes"]
+    assert "so no node of the canary was verified on the new pod" in summary["failed_nodes"][0]["why"]
+    assert f"{down} - the Node went NotReady (KubeletNotReady" in out, out[-4000:]
+    assert summary["stages"][0]["outcome"] == "failed", summary["stages"]
+    assert all(not s["nodes"] for s in summary["stages"][1:]), summary["stages"]
+    assert took < 90, took  # neither the gate nor the rollback waited out the down node
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == old, "not rolled back"
+    running = {p["spec"]["nodeName"]: p["spec"]["containers"][0]["image"] for p in json.loads(sandbox.kubectl(
+        "get", "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd", "-o", "json").stdout)["items"]}
+    assert all(image == old for node, image in running.items() if node != down), running
 
 
 def _helm_default_policy(sandbox) -> None:
