@@ -2,18 +2,20 @@
 
 The ``bcd`` binary is built from ``sandbox/kind/bcd`` (Go, standard library only, CGO_ENABLED=0,
 so no module proxy is needed) into the shared cache (``$XDG_CACHE_HOME/bcd-ansible/kind/bcd``,
-with a stamp of its sources). Two images, ``FROM scratch``, carry it at ``/usr/local/bin/bcd``
+with a stamp of its sources). The images, ``FROM scratch``, carry it at ``/usr/local/bin/bcd``
 with the sandbox's ``kubectl`` at ``/usr/local/bin/kubectl`` (bcd runs it as the kubelet, seed:
-API access):
+API access). Three images:
 
 - ``localhost/bcd:<version>``: the good build;
 - ``localhost/bcd:<version>-bad``: the same plus ``/usr/local/share/bcd/crash-after-seconds``
   (``5``), which makes ``bcd node`` exit 1 after five seconds: the digest tests roll out as a bad
-  release (the canary gate must catch it).
+  release (the canary gate must catch it);
+- ``localhost/bcd:<version>-next``: the good build under another digest (one more label), the
+  good release a rollout moves to.
 
-:func:`load` imports both into every node of the running cluster (``kind load image-archive``:
+:func:`load` imports all three into every node of the running cluster (``kind load image-archive``:
 podman's images are not visible to ``kind load docker-image``) and writes
-``<kind dir>/bcd-image.yml`` with ``bcd_image`` and ``bcd_image_bad``, each pinned by the digest
+``<kind dir>/bcd-image.yml`` with ``bcd_image``, ``bcd_image_bad`` and ``bcd_image_next``, each pinned by the digest
 the nodes' containerd gives it (``localhost/bcd:<version>@sha256:...``), for inventories and tests.
 """
 
@@ -38,6 +40,11 @@ CRASH_AFTER_SECONDS = 5
 def tags() -> tuple[str, str]:
     """(good, bad) image tags."""
     return f"{REPO}:{VERSION}", f"{REPO}:{VERSION}-bad"
+
+
+def next_tag() -> str:
+    """The good build's second tag, under another digest: what a rollout to a good release takes."""
+    return f"{REPO}:{VERSION}-next"
 
 
 def binary(say=kind_mod.say) -> Path:
@@ -66,21 +73,22 @@ def binary(say=kind_mod.say) -> Path:
 
 
 def images(say=kind_mod.say) -> Path:
-    """Build (or find) both images; the docker archive holding them."""
+    """Build (or find) the three images; the docker archive holding them."""
     bcd = binary(say)
     kubectl = build.resolve(["kubectl"], say=say)["kubectl"]
     root = kind_mod.cache()
     archive = root / "archives-bcd" / "bcd.tar"
     archive.parent.mkdir(parents=True, exist_ok=True)
     good, bad = tags()
+    nxt = next_tag()
     key = kind_mod._digest("bcd-images", kind_mod._file_key(bcd), kind_mod._file_key(kubectl), VERSION,
-                           CRASH_AFTER_SECONDS)
+                           CRASH_AFTER_SECONDS, "next")
     stamp = root / "stamps" / "bcd-images.stamp"
     if (stamp.exists() and stamp.read_text().strip() == key and archive.exists()
-            and kind_mod._image_exists(good) and kind_mod._image_exists(bad)):
+            and all(kind_mod._image_exists(t) for t in (good, bad, nxt))):
         return archive
     log = root / "logs" / "bcd.log"
-    say(f"kind: building {good} and {bad} (log: {log})")
+    say(f"kind: building {good}, {bad} and {nxt} (log: {log})")
     ctx = Path(tempfile.mkdtemp(prefix="ctx-bcd-", dir=root))
     try:
         shutil.copy2(bcd, ctx / "bcd")
@@ -96,11 +104,14 @@ def images(say=kind_mod.say) -> Path:
             'LABEL dev.bcd.standin.bad="true"\n')
         kind_mod._step(f"podman build {bad}", ["podman", "build", "--network=none", "-f", str(ctx / "Containerfile.bad"),
                                                "-t", bad, str(ctx)], log, nice=True)
+        (ctx / "Containerfile.next").write_text(f'FROM {good}\nLABEL dev.bcd.standin.next="true"\n')
+        kind_mod._step(f"podman build {nxt}", ["podman", "build", "--network=none", "-f", str(ctx / "Containerfile.next"),
+                                               "-t", nxt, str(ctx)], log, nice=True)
     finally:
         shutil.rmtree(ctx, ignore_errors=True)
     archive.unlink(missing_ok=True)
     kind_mod._step("podman save bcd", ["podman", "save", "--format", "docker-archive", "-m", "-o", str(archive),
-                                       good, bad], log)
+                                       good, bad, nxt], log)
     stamp.write_text(key + "\n")
     return archive
 
@@ -117,40 +128,43 @@ def _node_digests(node: str) -> dict[str, str]:
 
 
 def load(say=kind_mod.say) -> dict[str, str]:
-    """Load both images into every node of the running cluster; ``{bcd_image, bcd_image_bad}``,
-    each pinned by digest, also written to ``<kind dir>/bcd-image.yml``."""
+    """Load the three images into every node of the running cluster; ``{bcd_image, bcd_image_bad,
+    bcd_image_next}``, each pinned by digest, also written to ``<kind dir>/bcd-image.yml``."""
     archive = images(say)
     name = kind_mod.cluster_name()
     nodes = kind_mod.node_names(name)
     good, bad = tags()
+    nxt = next_tag()
+    all_tags = (good, bad, nxt)
     t0 = time.monotonic()
     want: dict[str, str] | None = None
     for node in nodes:
         have = _node_digests(node)
-        if good in have and bad in have and (want is None or (have[good], have[bad]) == (want[good], want[bad])):
+        if all(t in have for t in all_tags) and (want is None or all(have[t] == want[t] for t in all_tags)):
             want = want or have
             continue
         # kind imports it with ctr into the node's k8s.io namespace (with digest references).
         kind_mod._kind("load", "image-archive", str(archive), "--name", name, "--nodes", node)
         have = _node_digests(node)
-        if good not in have or bad not in have:
-            raise kind_mod.KindError(f"kind: {good} and {bad} are not in node {node}'s containerd after the load: {have}")
-        if want is not None and (have[good], have[bad]) != (want[good], want[bad]):
+        if not all(t in have for t in all_tags):
+            raise kind_mod.KindError(f"kind: {', '.join(all_tags)} are not in node {node}'s containerd after the load: {have}")
+        if want is not None and any(have[t] != want[t] for t in all_tags):
             raise kind_mod.KindError(f"kind: node {node} gives the stand-in images other digests than the first node")
         want = have
     assert want is not None
-    refs = {"bcd_image": f"{good}@{want[good]}", "bcd_image_bad": f"{bad}@{want[bad]}"}
+    refs = {"bcd_image": f"{good}@{want[good]}", "bcd_image_bad": f"{bad}@{want[bad]}",
+            "bcd_image_next": f"{nxt}@{want[nxt]}"}
     # The kubelet asks containerd for the image by digest (repository@sha256:...): name it so too.
     for node in nodes:
         script = "".join(
             f"ctr -n k8s.io images ls -q | grep -qx '{REPO}@{want[t]}' || "
-            f"ctr -n k8s.io images tag '{t}' '{REPO}@{want[t]}' >/dev/null\n" for t in (good, bad))
+            f"ctr -n k8s.io images tag '{t}' '{REPO}@{want[t]}' >/dev/null\n" for t in all_tags)
         kind_mod.node_exec(node, "set -e\n" + script)
     out = kind_mod.kind_dir() / "bcd-image.yml"
     out.write_text("# Written by python -m sandbox kind up: the stand-in bcd images in the kind nodes.\n"
                    + yaml.safe_dump(refs, sort_keys=False))
     say(f"kind: stand-in bcd loaded into {len(nodes)} nodes in {kind_mod._fmt(time.monotonic() - t0)}: "
-        f"{refs['bcd_image']} (and the bad build {refs['bcd_image_bad']})")
+        f"{refs['bcd_image']} (and the bad build {refs['bcd_image_bad']}, the next {refs['bcd_image_next']})")
     return refs
 
 

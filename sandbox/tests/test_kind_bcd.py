@@ -13,6 +13,10 @@ side, not by the join simulator:
   node and the reason, the token revoked and the Secret gone;
 - a rollout to the stand-in's bad build (its ``bcd node`` exits after five seconds) is caught by
   the canary's soak and rolled back; every pod ends on the good digest;
+- a worker whose kubelet is stopped (``systemctl stop kubelet`` in its container) is NotReady by
+  the node lifecycle controller's own word; a rollout to the next good build leaves it behind,
+  naming it and that word, rolls the other worker and exits 0; once the kubelet is back, the
+  next run leaves both on the new digest;
 - a worker whose containerd lacks the ``nvidia`` handler is ``not-ready`` in doctor.yml (the
   workers' own files, collected into ``bcd_node_roots``), and bcd's pod there fails with the
   kubelet's own ``FailedCreatePodSandBox`` error until the handler is back.
@@ -191,8 +195,61 @@ def test_a_rollout_to_the_bad_build_fails_the_canary_and_is_rolled_back(bed, tmp
     assert {cp_nodes(bed)[n]["state"] for n in bed["workers"]} == {"adopting"}
 
 
+def _node_ready(bed, node: str) -> str:
+    cond = next(c for c in bed["core"].read_node_status(node).status.conditions if c.type == "Ready")
+    return cond.status
+
+
+def _wait_node(bed, node: str, ready: bool, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while (_node_ready(bed, node) == "True") != ready:
+        assert time.monotonic() < deadline, f"{node} did not turn {'Ready' if ready else 'NotReady'} in {timeout:g} s"
+        time.sleep(2)
+
+
+def _on(bed) -> dict[str, tuple[str, bool]]:
+    """Each worker's bcd pod: (image, Ready)."""
+    return {n: (p.spec.containers[0].image, bool(p.status.container_statuses and p.status.container_statuses[0].ready))
+            for n, p in pods(bed).items()}
+
+
+def test_a_worker_whose_kubelet_stopped_is_left_behind_and_rolled_once_back(bed, tmp_path):
+    ensure_adopted(bed)
+    good, nxt = bed["images"]["bcd_image"], bed["images"]["bcd_image_next"]
+    up, down = bed["workers"]
+    kind.node_exec(down, "systemctl stop kubelet")
+    try:
+        # the node lifecycle controller's grace period (40 s by default) before it says so
+        _wait_node(bed, down, ready=False)
+        report = tmp_path / "down.json"
+        run = play("rollout.yml", "-e", f"bcd_image={nxt}", "-e", f"bcd_report_out={report}")
+        assert run.returncode == 0, run.stdout[-4000:]
+        summary = json.loads(report.read_text())
+        assert summary["result"] == "succeeded", summary["headline"]
+        assert [b["node"] for b in summary["left_behind"]] == [down], summary["left_behind"]
+        assert "Kubelet stopped posting node status" in summary["left_behind"][0]["why"], summary["left_behind"]
+        assert [n for s in summary["stages"] for n in s["nodes"]] == [up], summary["stages"]
+        assert _on(bed)[up] == (nxt, True)
+        assert pods(bed)[down].spec.containers[0].image == good
+    finally:
+        kind.node_exec(down, "systemctl start kubelet")
+    _wait_node(bed, down, ready=True)
+    again = play("rollout.yml", "-e", f"bcd_image={nxt}")
+    assert again.returncode == 0, again.stdout[-4000:]
+    deadline = time.monotonic() + 180
+    while _on(bed) != {n: (nxt, True) for n in bed["workers"]}:
+        assert time.monotonic() < deadline, _on(bed)
+        time.sleep(3)
+    assert {cp_nodes(bed)[n]["state"] for n in bed["workers"]} == {"adopting"}
+    # back to the good build, where the other tests start
+    back = play("rollout.yml", "-e", f"bcd_image={good}")
+    assert back.returncode == 0, back.stdout[-4000:]
+
+
 def ensure_adopted(bed) -> None:
-    if sorted(pods(bed)) != bed["workers"] or any(
+    """Adopted on the good build, every worker adopting (else reset and adopted again)."""
+    if sorted(pods(bed)) != bed["workers"] or any(p.spec.containers[0].image != bed["images"]["bcd_image"]
+                                                  for p in pods(bed).values()) or any(
             cp_nodes(bed).get(n, {}).get("state") != "adopting" for n in bed["workers"]):
         reset(bed)
         run = play("adopt-cluster.yml")
