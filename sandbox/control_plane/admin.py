@@ -262,8 +262,8 @@ class Admin:
         return self.request("POST", "/nodes/allocation", {"hostname": hostname, "allocation": allocation})
 
     def hold_backoff(self, uid: str, seconds: float) -> dict:
-        """End the back-off of pod ``uid``'s failed join ``seconds`` from now (a kubelet's 5-minute
-        cap, say); AdminError (404) when that pod is not backing off."""
+        """Retry pod ``uid``'s failed join no sooner than ``seconds`` from now (as a kubelet at its
+        5-minute back-off cap would); AdminError (404) when that pod is not backing off."""
         return self.request("POST", "/pods/backoff", {"uid": uid, "seconds": seconds})
 
     def forget_nodes(self, hostnames: list[str] | None = None) -> list[str]:

@@ -18,7 +18,9 @@ import pytest
 
 from tests.helpers import run_playbook
 
-pytestmark = [pytest.mark.sandbox]
+# every test reads the session's sandbox through the inventory, some through no fixture of
+# theirs: ask for it here, so that each test runs alone too
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("sandbox")]
 
 PLAYBOOK = textwrap.dedent("""\
     - name: The separate modules, then bcd_preflight
