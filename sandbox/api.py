@@ -133,8 +133,9 @@ class Sandbox:
         """Mark Node ``name`` NotReady, as a kubelet does when its runtime fails, and keep it so
         (KWOK leaves a node annotated ``sandbox.bcd.dev/hold-status=true`` alone; its Lease is
         still renewed) until :meth:`release_node`. Its pods are left as a real cluster leaves
-        them (``cluster.mark_pods_down``): the node lifecycle controller marks them not Ready, and
-        a deleted one stays Terminating, until the node is back."""
+        them (``cluster.mark_pods_down``, ``cluster.mark_pods_not_ready``): not Ready, as the node
+        lifecycle controller marks them, and a deleted one stays Terminating, until the node is
+        back."""
         import datetime as dt
 
         from kubernetes import client
@@ -143,6 +144,8 @@ class Sandbox:
         with self.api_client() as api:
             core = client.CoreV1Api(api)
             core.patch_node(name, {"metadata": {"annotations": {"sandbox.bcd.dev/hold-status": "true"}}})
+            # the pods first: once KWOK skips them, nothing makes them Ready again before release
+            cluster.mark_pods_down(core, name, True)
             node = core.read_node_status(name)
             conditions = [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
                            "lastHeartbeatTime": now, "lastTransitionTime": now}
@@ -150,7 +153,9 @@ class Sandbox:
             conditions.append({"type": "Ready", "status": "False", "reason": reason, "message": message,
                                "lastHeartbeatTime": now, "lastTransitionTime": now})
             core.patch_node_status(name, {"status": {"conditions": conditions}})
-            cluster.mark_pods_down(core, name, True)
+            # the node lifecycle controller does this only when it sees the pod change after its
+            # own view of the Node (refreshed every 5 s) is NotReady: a race; the sandbox does not race
+            cluster.mark_pods_not_ready(core, name)
 
     def set_node_allocatable(self, name: str, **resources: str) -> dict[str, str]:
         """Set Node ``name``'s allocatable resources (``cpu="50m"``, ``memory="64Mi"``), which

@@ -674,6 +674,33 @@ def mark_pods_down(core, node: str, down: bool) -> list[str]:
     return changed
 
 
+def mark_pods_not_ready(core, node: str) -> list[str]:
+    """Set the Ready condition of the pods bound to Node ``node`` to False, as the node lifecycle
+    controller's MarkPodsNotReady does for a NotReady Node's pods (keeping the other conditions).
+    Pods annotated ``NODE_DOWN`` stay so, since KWOK skips them. Returns the pods changed."""
+    import datetime as dt
+
+    from kubernetes.client.rest import ApiException
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    changed = []
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        conditions = pod.status.conditions or []
+        if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+            continue
+        body = [{"type": c.type, "status": "False" if c.type == "Ready" else c.status,
+                 "lastTransitionTime": now if c.type == "Ready" else c.last_transition_time,
+                 **({"reason": c.reason} if c.reason else {})} for c in conditions]
+        try:
+            core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": {"conditions": body}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        changed.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+    return changed
+
+
 def add_nodes(sdir: Path, count: int) -> list[str]:
     """Add ``count`` GPU nodes after the highest ``gpu-node-K``; wait until Ready; return their names."""
     if count < 1:
