@@ -210,3 +210,15 @@ def ready(pod: dict) -> bool:
 
 def image(pod: dict) -> str:
     return pod["spec"]["containers"][0]["image"]
+
+
+def module_config(cpvars: dict) -> dict:
+    """The ``config`` option of a bcd module run in-process against the sandbox: the control
+    plane's variables (``cpvars``, without the API key) and the sandbox inventory's image, node
+    selector and soak."""
+    import yaml
+
+    inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
+    out = {k: v for k, v in cpvars.items() if k != "bcd_api_key"}
+    out.update({k: inventory[k] for k in ("bcd_image", "bcd_node_selector", "bcd_rollout_soak")})
+    return out

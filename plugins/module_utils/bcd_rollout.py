@@ -319,6 +319,15 @@ def node_down(node: dict | None) -> str | None:
     return None
 
 
+def node_dark(node: dict | None) -> bool:
+    """Whether a down Node's pod cannot count as available: the Node is gone, NotReady or
+    tainted ``node.kubernetes.io/unreachable``. A cordoned Node (:func:`node_down` says down) runs
+    its pod on, and the DaemonSet controller still counts it available."""
+    if node is None or not node_ready(node):
+        return True
+    return any(t.get("key") == UNREACHABLE_TAINT for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def down_budget(max_down: int | str, total: int) -> int:
     """How many of ``total`` selected Nodes may be down for a rollout to start: ``max_down`` a
     count, or a percentage of ``total`` rounded up (as bcd_rollout_max_unavailable); 0 or more."""

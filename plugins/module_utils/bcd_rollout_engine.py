@@ -56,6 +56,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import 
     generation_seen,
     left_behind,
     newest_revision,
+    node_dark,
     node_down,
     over_budget,
     plan,
@@ -1128,10 +1129,12 @@ class Rollout:
             else:
                 # "rolled back" promises what `kubectl rollout status` would confirm: the
                 # controller counts every pod updated and available on the previous render, but
-                # those of down Nodes that were available before the run
+                # those of down Nodes that were available before the run and now are not updated
+                # (left on the new template) or not available (a cordoned Node's pod runs on)
                 before = self.available_before
                 if before is not None:
-                    before -= len((set(self.down) | set(self.went_down)) & self.ready_before)
+                    before -= len({n for n in (set(self.down) | set(self.went_down)) & self.ready_before
+                                   if n in left or node_dark(now_nodes.get(n))})
                 lag = self.wait_rolled_out(ROLLBACK_SETTLE, before)
                 if lag:
                     out.update(outcome="failed", why=lag)

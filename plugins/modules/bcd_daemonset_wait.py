@@ -68,7 +68,8 @@ options:
       - Nodes a staged rollout left behind because they are down (NotReady, cordoned, unreachable; rollout.yml's
         C(bcd_rollout_max_down)), rolled without verifying because they went down, or that joined the cluster
         while it rolled (their bcd needs a join token - add-nodes.yml's). The wait is done once every
-        other pod is updated and available (C(desiredNumberScheduled) less these); their pods are neither waited for
+        other pod is updated and available (C(desiredNumberScheduled) less those of these that still exist and match
+        the DaemonSet's nodeSelector: one GET per Node, once the rest is rolled out); their pods are neither waited for
         nor named (a down Node's kubelet cannot replace or run its pod).
     type: list
     elements: str
@@ -396,9 +397,21 @@ def main() -> None:
     left = set(module.params["left_behind"] or [])
 
     def complete(ds: dict) -> bool:
-        """Rolled out, but for the pods of the Nodes left behind (down)."""
+        """Rolled out, but for the pods of the Nodes left behind (down) that the DaemonSet still
+        counts: a left Node that is gone, or no longer matches its nodeSelector, is not in
+        desiredNumberScheduled, and subtracting it would call the rollout done one pod early."""
         desired = int((ds.get("status") or {}).get("desiredNumberScheduled") or 0)
-        return rolled_out(ds, max(0, desired - len(left)) if left else None)
+        if not left:
+            return rolled_out(ds)
+        if not rolled_out(ds, max(0, desired - len(left))):
+            return False
+        wanted = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector") or {}
+        counted = 0
+        for name in left:
+            node = api.get(path("nodes", name=name))
+            labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+            counted += node is not None and all(labels.get(k) == v for k, v in wanted.items())
+        return rolled_out(ds, max(0, desired - counted))
 
     def watched() -> dict:
         return {"lists": sum(f.lists for f in follows), "relists": sum(f.relists for f in follows),

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.helpers import ROOT, run_module, run_playbook
+from tests.helpers import module_config, run_module, run_playbook
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
@@ -60,13 +60,6 @@ def until(what: str, probe, timeout: float = 90):
 
 def token_ids(cp, cpvars) -> set[str]:
     return {t["id"] for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"])}
-
-
-def module_config(cpvars) -> dict:
-    inventory = yaml.safe_load((ROOT / "inventories" / "sandbox" / "host_vars" / "sandbox.yml").read_text())
-    out = {k: v for k, v in cpvars.items() if k != "bcd_api_key"}
-    out.update({k: inventory[k] for k in ("bcd_image", "bcd_node_selector", "bcd_rollout_soak")})
-    return out
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.helpers import daemonset, image, pods, ready, run_playbook
+from tests.helpers import daemonset, image, module_config, pods, ready, run_module, run_playbook
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
@@ -137,3 +137,25 @@ def test_a_node_that_joins_during_the_rollout_is_named_not_waited_for(sandbox, t
     assert row["outcome"].startswith("joined during the rollout") and row["stage"] is None, row
     assert f"{added[0]} joined the cluster" in out and "add-nodes.yml joins it" in out, out[-4000:]
     assert f"1 node(s) joined during the rollout ({added[0]})" in summary["headline"]
+
+
+def test_the_wait_subtracts_only_the_left_nodes_the_daemonset_still_counts(sandbox, cpvars):
+    """bcd_daemonset_wait's done is desiredNumberScheduled less the left-behind Nodes the
+    DaemonSet still counts: a down Node's pod is neither waited for nor named, but a Node that is
+    gone (here: one that never existed) is not in desiredNumberScheduled, so naming it must not
+    let the wait call the rollout done while another Node's pod is not available."""
+    down = sandbox.gpu_node_names()[1]
+    base = {"config": module_config(cpvars), "kubeconfig": str(sandbox.kubeconfig), "timeout": 15}
+    sandbox.set_node_not_ready(down)
+    try:
+        deadline = time.monotonic() + 90
+        while ready(pods(sandbox)[down]) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not ready(pods(sandbox)[down]), "the held Node's pod stays Ready"
+        code, waited = run_module("bcd_daemonset_wait", {**base, "left_behind": ["gpu-node-gone"]})
+        assert code == 1 and not waited.get("done"), waited
+        assert f"{down}: pod " in waited["msg"], waited["msg"]
+        code, waited = run_module("bcd_daemonset_wait", {**base, "left_behind": [down, "gpu-node-gone"]})
+        assert code == 0 and waited["done"], waited
+    finally:
+        sandbox.release_node(down)

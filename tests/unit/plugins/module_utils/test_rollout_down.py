@@ -11,6 +11,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_model import Co
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import (
     down_budget,
     left_behind,
+    node_dark,
     node_down,
     over_budget,
     plan,
@@ -119,3 +120,20 @@ def test_bcd_rollout_max_down_refuses_other_values_naming_the_variable(value):
     with pytest.raises(ConfigError) as err:
         load(base_vars(bcd_rollout_max_down=value))
     assert "INVALID_CONFIG: bcd_rollout_max_down:" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(("kwargs", "dark"), [
+    ({}, False),
+    ({"unschedulable": True}, False),
+    ({"ready": "False", "reason": "KubeletNotReady"}, True),
+    ({"ready": "Unknown"}, True),
+    ({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}, True),
+    ({"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}, False),
+], ids=["ready", "cordoned", "notready", "unknown", "unreachable", "other-taint"])
+def test_a_down_node_is_dark_unless_only_cordoned(kwargs, dark):
+    """A rollback waits for the pods the DaemonSet controller can still count available: a
+    cordoned Node's pod runs on; a NotReady, unreachable or gone Node's does not."""
+    assert node_dark(node(**kwargs)) is dark
+    assert node_dark(slim_node(node(**kwargs))) is dark
+    assert node_dark(None) is True
+
