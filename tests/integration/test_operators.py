@@ -205,6 +205,32 @@ def test_a_canary_that_goes_not_ready_fails_its_stage_and_is_rolled_back(sandbox
     assert all(image == old for node, image in running.items() if node != down), running
 
 
+def test_a_stage_that_takes_the_rollout_over_its_down_budget_fails_and_is_rolled_back(sandbox, adopted, tmp_path):
+    """With bcd_rollout_max_down 0, a Node of a two-node batch goes NotReady as soon as its new pod
+    exists: the other node of the batch is verified, but one node down is more than the budget
+    allows, so the batch fails (a build that stops its nodes' kubelets must not spread), the
+    rollout rolls back, exits non-zero and names the node, the count and the variable."""
+    before = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    old = before["spec"]["template"]["spec"]["containers"][0]["image"]
+    new = _next_image(sandbox)
+    run, summary, down, took = _rollout_marking(sandbox, tmp_path, new, 2, "-e", "bcd_rollout_max_unavailable=2",
+                                                "-e", "bcd_rollout_max_down=0")
+    out = _flat(run.stdout + run.stderr)
+    assert run.returncode != 0, out[-4000:]
+    assert summary["result"] == "rolled_back", summary["headline"]
+    assert [(f["node"], f["stage"]) for f in summary["failed_nodes"]] == [(down, "batch 1")], summary["failed_nodes"]
+    why = summary["failed_nodes"][0]["why"]
+    assert why.startswith("the Node went NotReady (KubeletNotReady"), why
+    assert "1 of 3 selected node(s) are down now, more than bcd_rollout_max_down 0 allows (0)" in why, why
+    assert [s["outcome"] for s in summary["stages"]] == ["passed", "failed"], summary["stages"]
+    assert took < 120, took  # neither the gate nor the rollback waited out the down node
+    ds = json.loads(sandbox.kubectl("get", "daemonset", "-n", "bcd-system", "bcd", "-o", "json").stdout)
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == old, "not rolled back"
+    running = {p["spec"]["nodeName"]: p["spec"]["containers"][0]["image"] for p in json.loads(sandbox.kubectl(
+        "get", "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd", "-o", "json").stdout)["items"]}
+    assert all(image == old for node, image in running.items() if node != down), running
+
+
 def _helm_default_policy(sandbox) -> None:
     """The ClusterPolicy put back to the operator chart's defaults by field manager helm, as a
     `helm upgrade` does (device plugin on, CDI off, no toolkit env)."""
