@@ -12,7 +12,8 @@ def limits(cliargs) -> list[str]:
     of a playbook, each as it was given. The playbooks tag no task, so ``--tags`` runs them only when
     it selects ``all`` or ``untagged``, and ``--skip-tags`` skips one only when it names ``all`` or
     ``untagged`` (any other tag skipped skips nothing: molecule skips ``notest``); ``--start-at-task``
-    skips every task before the one named."""
+    skips every task before the one named; ``--step`` lets whoever answers its prompts skip any task
+    (the join token's revocation among them)."""
     said = []
     tags = [str(t) for t in cliargs.get("tags") or ()]
     if tags and not {"all", "untagged"} & set(tags):
@@ -23,6 +24,8 @@ def limits(cliargs) -> list[str]:
     start = cliargs.get("start_at_task")
     if start:
         said.append(f"--start-at-task {start!r}")
+    if cliargs.get("step"):
+        said.append("--step")
     return said
 
 
@@ -48,7 +51,7 @@ def bcd_whole_run(pattern: str, cliargs=None) -> str:
             f"{' and '.join(said)}: bcd playbooks run whole, and this run was refused before any change. Their "
             "parts stand on each other (validation, the cluster's choice, the lock, the join token's "
             "revocation, the waits, the gates), and they tag no task. Run the playbook without "
-            "--tags and --start-at-task; --check --diff shows what a run would change.")
+            "--tags, --start-at-task and --step; --check --diff shows what a run would change.")
     return pattern
 
 

@@ -30,6 +30,9 @@ PLAYBOOKS = ["adopt-cluster.yml", "add-nodes.yml", "rollout.yml", "release-clust
     ({"skip_tags": ("all",)}, ["--skip-tags all"]),
     ({"start_at_task": "Take the cluster's lock"}, ["--start-at-task \"Take the cluster's lock\""]),
     ({"tags": ("a",), "skip_tags": ("untagged",), "start_at_task": "T"}, ["--tags a", "--skip-tags untagged", "--start-at-task 'T'"]),
+    # each task's prompt could skip any of them, the token's revocation too
+    ({"step": True}, ["--step"]),
+    ({"step": False}, []),
 ])
 def test_the_options_that_limit_a_run_are_named(cliargs, said):
     assert limits(cliargs) == said
@@ -61,6 +64,7 @@ def test_the_options_are_read_from_ansible_and_without_them_nothing_is_refused(m
     *[(p, "--tags=revoke") for p in PLAYBOOKS],
     ("render.yml", "--skip-tags=untagged"),
     ("adopt-cluster.yml", "--start-at-task=Take the cluster's lock"),
+    ("adopt-cluster.yml", "--step"),
     # a task inside a role: Ansible itself would find no match and exit 0 having done nothing
     ("rollout.yml", "--start-at-task=Mint a hosted join token into its Secret, for as many nodes as join_token_max_uses"),
 ])
