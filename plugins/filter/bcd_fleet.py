@@ -356,6 +356,11 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
                           f"then {_again(playbook)}")
         if playbook == "doctor" and "isolated" in nodes and nodes["isolated"] < nodes.get("selected", 0):
             return line, "ansible-playbook gpu-stack.yml (it configures GPU isolation), then ansible-playbook doctor.yml again"
+        if playbook == "rollout" and report.get("result") in ("failed", "rollback_failed") and any(
+                isinstance(s, Mapping) and s.get("nodes") for s in report.get("stages") or []):
+            # pods left on two revisions: the next rollout's own check refuses an incomplete one
+            return line, (f"fix {_failure_reason(rec)}, then {_again(playbook)} with -e bcd_rollout_force=true (a "
+                          "rollout left incomplete is refused without it)")
         return line, f"fix {_failure_reason(rec)}, then {_again(playbook)}"
     if check_mode and playbook not in ("audit", "doctor"):
         plan = ""

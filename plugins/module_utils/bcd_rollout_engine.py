@@ -1012,6 +1012,16 @@ class Rollout:
             result, msg = "failed", f"{exc}; stopped without rolling back"
         except (KubeError, ControlPlaneError) as exc:
             result, msg = "failed", f"stopped: {exc}"
+            if stage_of:
+                # what the cluster is left with, and the way on (the next run's status check refuses
+                # a rollout left incomplete unless forced)
+                took = sorted(stage_of, key=natural)
+                named = ", ".join(took[:FAILED_IN_MSG]) + (f" and {len(took) - FAILED_IN_MSG} more" if len(took) > FAILED_IN_MSG else "")
+                msg += (f". {len(took)} node(s) took the new pod before it stopped ({named}); DaemonSet {self.ns}/{self.name} "
+                        f"is left with updateStrategy OnDelete on {short_ref(target)}, so no other pod rolls: once the cause "
+                        f"is fixed, run rollout.yml again with -e bcd_rollout_force=true (a rollout left incomplete is "
+                        f"refused without it) and the same bcd_image to roll the rest, or -e bcd_image={from_image} to "
+                        f"roll these back")
         rows = self.rows(stage_of, start_images, failed, timings, result)
         # what a headline of success would leave unsaid: the down Nodes and those that joined
         aside = "".join((

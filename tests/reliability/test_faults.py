@@ -203,6 +203,63 @@ def test_kubernetes_api_unreachable_mid_run(sandbox, ready, runner, reliability)
                                 "failed run s": round(run.seconds, 1)})
 
 
+NEXT_IMAGE = "registry.example.com/better-compute/bcd:0.3.0@sha256:" + "c3" * 32
+
+
+@pytest.mark.long  # minutes: make test-long (see docs/reliability.md)
+def test_kubernetes_api_unreachable_mid_rollout_says_what_rolled_and_the_next_run_rolls_the_rest(
+        sandbox, ready, runner, reliability):
+    """The API server stops as soon as the canary's new pod exists, and stays down until the
+    run ends: the rollout fails naming the Kubernetes API, the node that took the new pod, the
+    DaemonSet left OnDelete and the way on; once it is back, the next run with the same
+    bcd_image and bcd_rollout_force (a rollout left incomplete is refused without it) rolls the
+    rest and exits 0 with every pod on the new digest."""
+    world = ready
+    reliability.describe("Faults", "Kubernetes API server down from the canary's new pod to the end of a rollout")
+    stop = threading.Event()
+    downed: list[float] = []
+
+    def down_at_the_canary() -> None:
+        while not stop.is_set():
+            pods = world.core.list_namespaced_pod(world.namespace, label_selector="app.kubernetes.io/name=bcd").items
+            if any(p.spec.containers[0].image == NEXT_IMAGE for p in pods):
+                apiserver_down(sandbox)
+                downed.append(time.monotonic())
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=down_at_the_canary, daemon=True)
+    watcher.start()
+    try:
+        run = runner.run("rollout.yml", "-e", f"bcd_image={NEXT_IMAGE}", "-e", "bcd_rollout_gate_timeout=60")
+    finally:
+        stop.set()
+        watcher.join(5)
+        apiserver_up(sandbox)
+    assert downed, "the canary's pod never took the new image"
+    assert run.returncode != 0, run.tail()
+    assert "Traceback" not in run.output
+    text = run.text
+    assert "cannot reach the Kubernetes API" in text, run.tail()
+    # the API may fail the canary's gate (then the rollback, which cannot reach it either) or a
+    # step of the rollout itself (it stops there): either way the canary is named, and the way on
+    if "rollback incomplete" in text:
+        assert "the canary health gate failed on gpu-node-1" in text, run.tail()
+    else:
+        assert "stopped:" in text and "1 node(s) took the new pod before it stopped (gpu-node-1)" in text, run.tail()
+        assert "is left with updateStrategy OnDelete" in text, run.tail()
+    assert "rollout.yml again with -e bcd_rollout_force=true" in text, run.tail()
+
+    again = runner.run("rollout.yml", "-e", f"bcd_image={NEXT_IMAGE}", "-e", "bcd_rollout_force=true")
+    assert again.returncode == 0, again.tail()
+    images = {p.spec.node_name: p.spec.containers[0].image for p in world.core.list_namespaced_pod(
+        world.namespace, label_selector="app.kubernetes.io/name=bcd").items if not p.metadata.deletion_timestamp}
+    assert images == dict.fromkeys(world.gpu_nodes(), NEXT_IMAGE), images
+    reliability.result = ("failed naming the Kubernetes API, the node that took the new pod and the way on; the next "
+                          "run rolled the rest")
+    reliability.figures.update({"failed run s": round(run.seconds, 1), "next run s": round(again.seconds, 1)})
+
+
 @contextlib.contextmanager
 def stuck_node(world: World, name: str):
     """A GPU Node that stays Ready but runs no pod: no KWOK plays it, and a stand-in for its

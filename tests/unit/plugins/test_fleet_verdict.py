@@ -66,6 +66,24 @@ def test_a_failed_rollout_names_the_node_and_why_and_runs_rollout_again():
         "then ansible-playbook rollout.yml again")
 
 
+@pytest.mark.parametrize("result", ["rollback_failed", "failed"])
+def test_a_rollout_left_incomplete_says_to_run_again_forced(result):
+    # some nodes took the new pod and were not rolled back: the next rollout refuses an incomplete
+    # one unless forced, so the verdict's command says so
+    left = {"result": result, "headline": "rollout a -> b FAILED; rollback incomplete: ...",
+            "to": {"image": DIGEST, "digest": DIGEST.rsplit("@", 1)[1]},
+            "stages": [{"name": "canary", "nodes": ["gpu-node-1"], "outcome": "failed"}],
+            "failed_nodes": [{"node": "gpu-node-1", "why": "cannot check: the Kubernetes API is unreachable"}],
+            "nodes": [{"name": "gpu-node-1", "outcome": "FAILED"}]}
+    hv = {"sandbox": {"rollout_cluster": "sandbox", "bcd_daemonset_fleet_report": left,
+                      "fleet_failure": {"task": "Fail the run", "msg": "rollout on sandbox did not complete; the reason is above"}}}
+    assert verdict(hv, "rollout").endswith(
+        "; next: fix gpu-node-1: cannot check: the Kubernetes API is unreachable, then ansible-playbook rollout.yml again "
+        "with -e bcd_rollout_force=true (a rollout left incomplete is refused without it)")
+    left["stages"] = [{"name": "canary", "nodes": [], "outcome": "failed"}]
+    assert verdict(hv, "rollout").endswith("then ansible-playbook rollout.yml again")
+
+
 def test_a_rollout_names_the_digest_short():
     ok = {"result": "succeeded", "to": {"image": DIGEST}, "failed_nodes": [],
           "nodes": [{"name": "n1", "outcome": "rolled"}, {"name": "n2", "outcome": "rolled"}]}
