@@ -258,8 +258,9 @@ def test_every_playbook_runs_by_fqcn_from_the_installed_collection(sandbox, cp, 
 
 FIRST_STEP = """
 - name: The first step of the playbooks that mint a token or take the lock, alone
-  hosts: localhost
+  hosts: all
   gather_facts: false
+  serial: "{{ waves | default(['100%']) }}"
   connection: local
   vars:
     ansible_python_interpreter: "{{ ansible_playbook_python }}"
@@ -272,9 +273,9 @@ FIRST_STEP = """
 
 
 def test_the_readme_ansible_cfg_enables_the_collections_callbacks(installed, tmp_path):
-    """Without an ansible.cfg the installed collection warns that left_behind is off, once, with
-    the lines to add; with README's ansible.cfg lines, as written, both callbacks load from the
-    installed collection and nothing warns."""
+    """Without an ansible.cfg the installed collection warns that left_behind is off, once per run
+    (also when clusters go in waves), with the lines to add; with README's ansible.cfg lines, as
+    written, both callbacks load from the installed collection and nothing warns."""
     user = tmp_path / "my-ansible"
     user.mkdir()
     (user / "site.yml").write_text(FIRST_STEP)
@@ -288,6 +289,10 @@ def test_the_readme_ansible_cfg_enables_the_collections_callbacks(installed, tmp
 
     bare = run("ansible-playbook", "-i", "localhost,", "site.yml")
     assert bare.count(NO_LEFT_BEHIND) == 1 and f"  [defaults]\n  {CFG_LINE}\n" in bare, bare
+    # clusters rolled in waves (rollout.yml's serial) run the play once per wave; ansible-core prints a
+    # warning it has printed once only once (Display deduplicates): still one
+    waves = run("ansible-playbook", "-i", "east,west,north,", "-e", '{"waves": [1, 1]}', "site.yml")
+    assert waves.count("PLAY [") == 3 and waves.count(NO_LEFT_BEHIND) == 1, waves
 
     (user / "ansible.cfg").write_text(readme_block("Install", "ini"))
     config = run("ansible-config", "dump", "--only-changed")
