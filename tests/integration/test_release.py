@@ -277,3 +277,51 @@ def test_a_pod_that_stays_stops_the_release_naming_it(sandbox, released_from):
     assert bcd_labels(sandbox) == {} and daemonset(sandbox) is None
     run = run_playbook("adopt-cluster.yml")
     assert run.returncode == 0, run.stdout[-3000:]
+
+
+def test_an_identity_that_may_not_read_cluster_policies_still_releases_and_says_so(sandbox, released_from, tmp_path):
+    """A release run by an identity whose RBAC covers bcd's objects but not nvidia.com: the
+    ClusterPolicy read that only informs the closing line is refused (403), the release goes on
+    (--check: nothing changes) and the closing line says what is not known and how to see it."""
+    import yaml
+
+    name = f"releaser-{int(time.time())}"
+    role = {"metadata": {"name": name}, "rules": [
+        {"apiGroups": ["", "apps", "coordination.k8s.io", "node.k8s.io", "policy", "scheduling.k8s.io",
+                       "admissionregistration.k8s.io", "apiextensions.k8s.io", "authorization.k8s.io"],
+         "resources": ["*"], "verbs": ["*"]},
+        {"nonResourceURLs": ["*"], "verbs": ["get"]}]}
+    with sandbox.api_client() as api:
+        core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+        core.create_namespaced_service_account("default", {"metadata": {"name": name}})
+        rbac.create_cluster_role(role)
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                    "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}]})
+        try:
+            token = core.create_namespaced_service_account_token(
+                name, "default", {"spec": {"expirationSeconds": 3600}}).status.token
+            admin = yaml.safe_load((sandbox.dir / "kubeconfig").read_text())
+            admin["users"] = [{"name": name, "user": {"token": token}}]
+            admin["contexts"] = [{"name": name, "context": {"cluster": admin["clusters"][0]["name"], "user": name}}]
+            admin["current-context"] = name
+            kubeconfig = tmp_path / "releaser.kubeconfig"
+            kubeconfig.write_text(yaml.safe_dump(admin))
+            kubeconfig.chmod(0o600)
+            run = release("-e", "bcd_release_confirm=sandbox", "--check", "-e", f"bcd_kubeconfig={kubeconfig}")
+        finally:
+            rbac.delete_cluster_role_binding(name)
+            rbac.delete_cluster_role(name)
+            core.delete_namespaced_service_account(name, "default")
+    assert run.returncode == 0, run.stdout[-5000:]
+    text = " ".join(run.stdout.split())
+    assert token not in run.stdout
+    # the API server's own reason, unquoted from its response
+    assert ("no bcd DaemonSet, ConfigMap or Node label left. ClusterPolicies could not be read (clusterpolicies.nvidia.com "
+            f'is forbidden: User "system:serviceaccount:default:{name}" cannot list resource "clusterpolicies" in API '
+            'group "nvidia.com" at the cluster scope), so whether one keeps the values adoption set (the device plugin '
+            "off, CDI on) is not known: kubectl get clusterpolicies.nvidia.com -o yaml, with an identity that may, shows "
+            f"the annotation {PREVIOUS} on one that does.") in text, text[-3000:]
+    assert PREVIOUS in (policy(sandbox)["metadata"].get("annotations") or {})
+    assert daemonset(sandbox) is not None
