@@ -133,8 +133,9 @@ test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
 
 # make test-long: first its part of the ansible-core matrix (test-long-matrix), then the long
 # tests, in the order TEST_SEED picks, as make test's (each long scenario starts from the
-# sandbox's baseline, so none leans on the one before; under CI's deadline the tests the shuffle
-# puts last are skipped: tests/reliability/plugin.py). Both run; either failing fails it.
+# sandbox's baseline, so none may lean on the one before, and a failure names the seed; under
+# CI's deadline the tests the shuffle puts last are skipped: tests/reliability/plugin.py).
+# Both run; either failing fails it.
 # The matrix part runs on the trixie root when it is built (else skipped, saying why):
 # ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
 # line reads its tests/sanity/ignore-X.Y.txt) and the collection's unit tests (tests/unit/plugins:
