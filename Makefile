@@ -132,9 +132,10 @@ test-matrix: setup
 test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
 
 # make test-long: first its part of the ansible-core matrix (test-long-matrix), then the long
-# tests, which keep each file's own order for now: shuffled, tests in test_false_success.py
-# still lean on the one before (under CI's deadline the files rotate instead, so the ones
-# skipped are not always the same: tests/reliability/plugin.py). Both run; either failing fails it.
+# tests, in the order TEST_SEED picks, as make test's (each long scenario starts from the
+# sandbox's baseline, so none may lean on the one before, and a failure names the seed; under
+# CI's deadline the tests the shuffle puts last are skipped: tests/reliability/plugin.py).
+# Both run; either failing fails it.
 # The matrix part runs on the trixie root when it is built (else skipped, saying why):
 # ansible-test sanity (scripts/sanity.sh with the venv's ansible-core; each
 # line reads its tests/sanity/ignore-X.Y.txt) and the collection's unit tests (tests/unit/plugins:
@@ -145,7 +146,7 @@ MATRIX_LONG_SCENARIO_CORES ?= 2.20 2.22
 MATRIX_LONG_UNIT_TESTS ?= tests/unit/plugins
 test-long: setup
 	@rc=0; $(MAKE) --no-print-directory test-long-matrix || rc=1; \
-	$(BIN)/pytest -p no:randomly -m long || rc=1; \
+	$(BIN)/pytest $(ORDER) -m long || rc=1; \
 	exit $$rc
 
 # make test-long's part of the matrix runs first: it takes a known time (about 15 minutes on 2 cores

@@ -16,12 +16,12 @@ test is recorded as FAILED. ``BCD_RELIABILITY_DOC=0`` turns the writing off.
 It also keeps ``make test-long`` within the CI job's time: with ``BCD_LONG_DEADLINE`` set (epoch
 seconds; ``.ci/run`` sets it), a test marked ``long`` that would start after it is skipped. So that
 the tests past the deadline are not always the same ones, their order changes with the commit.
-A run in file order (``-p no:randomly``, as ``make test-long`` runs for now) under the deadline
-takes the long tests' files in a rotation that starts at a file chosen by the checkout's commit
-(the same order for the same commit, in every xdist worker); ``BCD_LONG_ROTATION=<k>`` starts it
-at the k-th file instead, to repeat such a run's order. A run that pytest-randomly shuffles
-(``-p randomly --randomly-seed=<n>``) keeps its shuffled order, which the seed already changes;
-``BCD_LONG_ROTATION`` still rotates it. The run's first lines say where it started.
+A run that pytest-randomly shuffles (``-p randomly --randomly-seed=<n>``, as ``make test-long``
+runs) keeps its shuffled order, which the seed already changes. A run in file order
+(``-p no:randomly``) under the deadline takes the long tests' files in a rotation that starts at a
+file chosen by the checkout's commit (the same order for the same commit, in every xdist worker);
+``BCD_LONG_ROTATION=<k>`` starts it at the k-th file instead, to repeat such a run's order, and
+rotates a shuffled run too. The run's first lines say where it started.
 
 Loaded by ``tests/conftest.py`` (``pytest_plugins``).
 """
