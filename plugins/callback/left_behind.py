@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 
+import ansible
 from ansible.plugins.callback import CallbackBase
 
 # The clean-up of an interrupted run: at most this long in all (an orchestrator's SIGTERM is
@@ -65,6 +66,8 @@ INTERRUPTED_EXIT = 99
 
 # options of ansible-playbook that say which clusters a run covers (no -e: it may carry a secret)
 _KEEP = {"-i", "--inventory", "--inventory-file", "-l", "--limit"}
+# ansible-core's own files, whose context managers a signal's exception must not interrupt
+_ANSIBLE_DIR = os.path.dirname(ansible.__file__) + os.sep
 
 
 def _command() -> str:
@@ -107,15 +110,20 @@ def _uses(tok: dict) -> str | None:
 
 
 def _swallowing(frame) -> bool:
-    """Whether ``frame`` (where a signal handler was called) is where Python drops an exception
-    (printed as "Exception ignored in ..."): within a fork of ``multiprocessing`` (its
-    ``Popen._launch``, which runs the at-fork hooks), or within a finalizer (a ``__del__`` the
-    garbage collector runs, such as a closed worker pipe's)."""
+    """Whether ``frame`` (where a signal handler was called) is where an exception must not land:
+    where Python drops it (printed as "Exception ignored in ..."), within a fork of
+    ``multiprocessing`` (its ``Popen._launch``, which runs the at-fork hooks) or within a finalizer
+    (a ``__del__`` the garbage collector runs, such as a closed worker pipe's); or within the
+    ``__enter__`` or ``__exit__`` of one of ansible-core's context managers, such as the templating
+    contexts, which an exception there leaves out of order (ansible-playbook then ends with
+    "Unexpected Exception, this is probably a bug" and a traceback, not as an interrupted run)."""
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_launch" and code.co_filename.endswith(os.path.join("multiprocessing", "popen_fork.py")):
             return True
         if code.co_name == "__del__":
+            return True
+        if code.co_name in ("__enter__", "__exit__") and code.co_filename.startswith(_ANSIBLE_DIR):
             return True
         frame = frame.f_back
     return False

@@ -4,7 +4,8 @@ or the garbage collector closes their pipes.
 A signal handler runs wherever the main thread is. A signal that arrives while a worker is
 forked is handled inside an at-fork hook, and one that arrives while a finalizer (``__del__``)
 runs, inside it: there Python drops the handler's exception (printed as "Exception ignored
-in ..."). A scripted process stands in for ansible-playbook: it installs
+in ..."). One that arrives in the ``__exit__`` of ansible-core's templating contexts leaves them
+out of order, and ansible-playbook ends on an unexpected exception. A scripted process stands in for ansible-playbook: it installs
 the callback's handlers over a SIGINT handler that raises KeyboardInterrupt, as ansible-core's
 TaskQueueManager does, and forks with ``multiprocessing`` while a hook sends the signal.
 """
@@ -60,6 +61,29 @@ SCRIPT = textwrap.dedent("""
         except KeyboardInterrupt:
             print("interrupted after the finalizer, signal", callback._signal)
         sys.exit(0)
+    if where == "templating":
+        # the signal arrives inside the __exit__ of ansible-core's templating contexts
+        from ansible._internal._templating import _access
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.template import Templar, trust_as_template
+        unregister = _access.AnsibleAccessContext._unregister_interest
+        sent = []
+
+        def signalled(self, context):
+            if not sent:
+                sent.append(sig)
+                os.kill(os.getpid(), sig)
+                time.sleep(0.05)  # the handler runs here, inside the context's __exit__
+            return unregister(self, context)
+
+        _access.AnsibleAccessContext._unregister_interest = signalled
+        try:
+            print("templated", Templar(loader=DataLoader(), variables={{"x": 1}}).template(trust_as_template("{{{{ x }}}}")))
+            time.sleep(2)
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after the context, signal", callback._signal)
+        sys.exit(0)
     if where == "parent":
         os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), sig))
     else:
@@ -84,7 +108,8 @@ def _run(where: str, sig: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize(("where", "after"), [("parent", "the fork"), ("finalizer", "the finalizer")])
+@pytest.mark.parametrize(("where", "after"), [("parent", "the fork"), ("finalizer", "the finalizer"),
+                                              ("templating", "the context")])
 def test_a_signal_where_python_drops_exceptions_interrupts_the_run_once_that_is_over(where, after, sig):
     run = _run(where, sig)
     assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
