@@ -351,6 +351,93 @@ def https_get(sdir: Path, port: int, path: str, client: str | None = "admin", ti
         conn.close()
 
 
+def compact_etcd(sdir: Path, timeout: float = 10.0) -> int:
+    """Compact etcd's history up to its current revision, as kube-apiserver does every 5 minutes
+    (``--etcd-compaction-interval``), and return that revision. A sandbox younger than that still
+    keeps every revision, so a watch from an old resourceVersion replays history where a cluster
+    that has run for a while answers 410 Gone. Through etcd's JSON gateway
+    (``/v3/maintenance/status``, ``/v3/kv/compaction``), as kube-apiserver's etcd client.
+    Raises RuntimeError on an answer other than 200."""
+    state = load_state(sdir)
+    if not state:
+        raise RuntimeError(f"sandbox: no sandbox at {sdir}")
+    conn = http.client.HTTPSConnection("127.0.0.1", state["ports"]["etcd_client"],
+                                       context=_tls(sdir, "apiserver-etcd-client"), timeout=timeout)
+
+    def post(path: str, body: dict) -> dict:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read().decode(errors="replace")
+        if resp.status != 200:
+            raise RuntimeError(f"sandbox: etcd {path} answered {resp.status}: {text}")
+        return json.loads(text)
+
+    try:
+        revision = int(post("/v3/maintenance/status", {})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+    finally:
+        conn.close()
+
+
+def _watch_gone(core, resource_version: str) -> bool:
+    """Whether a watch of all pods from ``resource_version`` is answered 410 Gone."""
+    from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
+
+    w = watch.Watch()
+    try:
+        for event in w.stream(core.list_pod_for_all_namespaces, resource_version=resource_version, timeout_seconds=1,
+                              allow_watch_bookmarks=False):
+            if event["type"] == "ERROR":
+                return (event.get("raw_object") or {}).get("code") == 410
+            return False  # an event from that far back: the history is still there
+    except ApiException as e:
+        return e.status == 410
+    finally:
+        w.stop()
+    return False
+
+
+def expire_pod_watch_history(sdir: Path, timeout: float = 300.0) -> int:
+    """Make a watch of pods from resourceVersion 1 answer 410 Gone, as on a cluster that has run
+    for a while, and return how many pod updates that took.
+
+    A young sandbox keeps all of its history: etcd is compacted only every 5 minutes
+    (kube-apiserver's ``--etcd-compaction-interval``), and the API server's watch cache keeps every
+    event until it is full and its oldest event is older than its freshness window (75 s; a full
+    cache of fresher events doubles instead). So this compacts etcd, then updates a throwaway pod
+    (``default/sandbox-churn``, never scheduled, deleted at the end) until the cache has let go of
+    resourceVersion 1.
+    Raises RuntimeError when that does not happen within ``timeout`` seconds."""
+    from kubernetes import client
+
+    compact_etcd(sdir)
+    deadline = time.monotonic() + timeout
+    updates = 0
+    with api_client(sdir) as api:
+        core = client.CoreV1Api(api)
+        if _watch_gone(core, "1"):
+            return 0
+        ns, name = "default", "sandbox-churn"
+        core.create_namespaced_pod(ns, {
+            "metadata": {"name": name},
+            "spec": {"schedulerName": "sandbox-none", "containers": [{"name": "c", "image": "churn"}]}})
+        try:
+            while True:
+                for _ in range(50):
+                    updates += 1
+                    core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {"churn": str(updates)}}})
+                if _watch_gone(core, "1"):
+                    return updates
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sandbox: a watch of pods from resourceVersion 1 still replays history "
+                                       f"after {updates} pod updates and {timeout:.0f}s")
+                time.sleep(1)
+        finally:
+            core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
 def healthy(name: str, sdir: Path, state: dict[str, Any]) -> bool:
     """Whether component ``name`` answers its health check (KWOK: whether it runs)."""
     ports = state["ports"]

@@ -113,6 +113,24 @@ def _uses(tok: dict) -> str | None:
         return None
 
 
+def _closed_worker(frame) -> bool:
+    """Whether the strategy running in ``frame`` (its ``_queue_task``) holds a worker process it
+    has closed and not yet replaced. ansible-core's own SIGINT handler asks each worker
+    ``is_alive()``, which raises ValueError ("process object is closed") on that one: the run would
+    end on that exception, with a traceback, instead of as an interrupted run. The strategy's
+    ``_workers`` is not a plugin API: where it is missing, this says no (nothing is deferred)."""
+    workers = getattr(frame.f_locals.get("self"), "_workers", None)
+    for worker in workers if isinstance(workers, list) else ():
+        try:
+            if worker is not None:
+                worker.is_alive()
+        except ValueError:
+            return True
+        except Exception:  # noqa: BLE001, S112 - whatever else it is, it is not a closed worker
+            continue
+    return False
+
+
 def _swallowing(frame) -> bool:
     """Whether ``frame`` (where a signal handler was called) is where an exception must not land:
     where Python drops it (printed as "Exception ignored in ..."), within a fork of
@@ -120,7 +138,8 @@ def _swallowing(frame) -> bool:
     (a ``__del__`` the garbage collector runs, such as a closed worker pipe's); or within the
     ``__enter__`` or ``__exit__`` of one of ansible-core's context managers, such as the templating
     contexts, which an exception there leaves out of order (ansible-playbook then ends with
-    "Unexpected Exception, this is probably a bug" and a traceback, not as an interrupted run)."""
+    "Unexpected Exception, this is probably a bug" and a traceback, not as an interrupted run); or
+    while ansible-core's strategy replaces a worker it has closed (see :func:`_closed_worker`)."""
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_launch" and code.co_filename.endswith(os.path.join("multiprocessing", "popen_fork.py")):
@@ -128,6 +147,8 @@ def _swallowing(frame) -> bool:
         if code.co_name == "__del__":
             return True
         if code.co_name in ("__enter__", "__exit__") and code.co_filename.startswith(_ANSIBLE_DIR):
+            return True
+        if code.co_name == "_queue_task" and code.co_filename.startswith(_ANSIBLE_DIR) and _closed_worker(frame):
             return True
         frame = frame.f_back
     return False

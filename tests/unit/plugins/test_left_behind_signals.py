@@ -5,7 +5,8 @@ A signal handler runs wherever the main thread is. A signal that arrives while a
 forked is handled inside an at-fork hook, and one that arrives while a finalizer (``__del__``)
 runs, inside it: there Python drops the handler's exception (printed as "Exception ignored
 in ..."). One that arrives in the ``__exit__`` of ansible-core's templating contexts leaves them
-out of order, and ansible-playbook ends on an unexpected exception. A scripted process stands in for ansible-playbook: it installs
+out of order, and ansible-playbook ends on an unexpected exception; one that arrives while its
+strategy replaces a worker it closed makes ansible-core's own handler fail on that worker. A scripted process stands in for ansible-playbook: it installs
 the callback's handlers over a SIGINT handler that raises KeyboardInterrupt, as ansible-core's
 TaskQueueManager does, and forks with ``multiprocessing`` while a hook sends the signal.
 """
@@ -25,8 +26,13 @@ SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {collections!r})
     from ansible_collections.bcd.kubernetes.plugins.callback.left_behind import CallbackModule
 
+    workers = []  # the TaskQueueManager's worker processes
+
     def tqm(signum, frame):  # ansible-core's TaskQueueManager handler, in short
         signal.signal(signum, signal.SIG_DFL)
+        for worker in workers:  # it signals each live worker first
+            if worker is not None and worker.is_alive():
+                os.kill(worker.pid, signum)
         raise KeyboardInterrupt()
 
     signal.signal(signal.SIGINT, tqm)
@@ -84,6 +90,34 @@ SCRIPT = textwrap.dedent("""
         except KeyboardInterrupt:
             print("interrupted after the context, signal", callback._signal)
         sys.exit(0)
+    if where == "closed":
+        # ansible-core's strategy closes a finished worker, then makes its replacement: a stand-in
+        # of its _queue_task, compiled as from its file, gets the signal in between
+        import ansible
+        done = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0,))
+        done.start()
+        done.join()
+        workers.append(done)
+        source = (
+            "class Strategy:\\n"
+            "    def __init__(self, workers):\\n"
+            "        self._workers = workers\\n"
+            "    def _queue_task(self):\\n"
+            "        worker_prc = self._workers[0]\\n"
+            "        worker_prc.close()\\n"
+            "        os.kill(os.getpid(), sig)\\n"
+            "        time.sleep(0.05)  # the handler runs here, the closed worker still listed\\n"
+            "        self._workers[0] = None\\n")
+        where_from = os.path.join(os.path.dirname(ansible.__file__), "plugins", "strategy", "__init__.py")
+        scope = {{"os": os, "time": time, "sig": sig}}
+        exec(compile(source, where_from, "exec"), scope)
+        try:
+            scope["Strategy"](workers)._queue_task()
+            time.sleep(2)
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after the replacement, signal", callback._signal)
+        sys.exit(0)
     if where == "parent":
         os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), sig))
     else:
@@ -109,7 +143,7 @@ def _run(where: str, sig: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize(("where", "after"), [("parent", "the fork"), ("finalizer", "the finalizer"),
-                                              ("templating", "the context")])
+                                              ("templating", "the context"), ("closed", "the replacement")])
 def test_a_signal_where_python_drops_exceptions_interrupts_the_run_once_that_is_over(where, after, sig):
     run = _run(where, sig)
     assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
