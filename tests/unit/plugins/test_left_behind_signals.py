@@ -41,6 +41,15 @@ SCRIPT = textwrap.dedent("""
     callback._at_exit = lambda: None
     callback.v2_playbook_on_start(None)
     where = sys.argv[1]
+
+    def interrupted_after(what, step):  # run the step where the signal comes, then a while longer
+        try:
+            step()
+            time.sleep(2)
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after " + what + ", signal", callback._signal)
+        sys.exit(0)
     sig = getattr(signal, sys.argv[2])
     if where == "stuck":
         import ansible_collections.bcd.kubernetes.plugins.callback.left_behind as left_behind
@@ -83,13 +92,8 @@ SCRIPT = textwrap.dedent("""
             return unregister(self, context)
 
         _access.AnsibleAccessContext._unregister_interest = signalled
-        try:
-            print("templated", Templar(loader=DataLoader(), variables={{"x": 1}}).template(trust_as_template("{{{{ x }}}}")))
-            time.sleep(2)
-            print("not interrupted")
-        except KeyboardInterrupt:
-            print("interrupted after the context, signal", callback._signal)
-        sys.exit(0)
+        templar = Templar(loader=DataLoader(), variables={{"x": 1}})
+        interrupted_after("the context", lambda: templar.template(trust_as_template("{{{{ x }}}}")))
     if where == "closed":
         # ansible-core's strategy closes a finished worker, then makes its replacement: a stand-in
         # of its _queue_task, compiled as from its file, gets the signal in between
@@ -111,13 +115,7 @@ SCRIPT = textwrap.dedent("""
         where_from = os.path.join(os.path.dirname(ansible.__file__), "plugins", "strategy", "__init__.py")
         scope = {{"os": os, "time": time, "sig": sig}}
         exec(compile(source, where_from, "exec"), scope)
-        try:
-            scope["Strategy"](workers)._queue_task()
-            time.sleep(2)
-            print("not interrupted")
-        except KeyboardInterrupt:
-            print("interrupted after the replacement, signal", callback._signal)
-        sys.exit(0)
+        interrupted_after("the replacement", scope["Strategy"](workers)._queue_task)
     if where == "parent":
         os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), sig))
     else:
