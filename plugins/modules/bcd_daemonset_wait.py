@@ -69,7 +69,7 @@ options:
         C(bcd_rollout_max_down)), rolled without verifying because they went down, or that joined the cluster
         while it rolled (their bcd needs a join token - add-nodes.yml's). The wait is done once every
         other pod is updated and available (C(desiredNumberScheduled) less those of these that still exist and match
-        the DaemonSet's nodeSelector: one GET per Node, once the rest is rolled out); their pods are neither waited for
+        the DaemonSet's nodeSelector - one GET per Node, once the rest is rolled out); their pods are neither waited for
         nor named (a down Node's kubelet cannot replace or run its pod).
     type: list
     elements: str
