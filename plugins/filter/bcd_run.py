@@ -42,10 +42,10 @@ def _cliargs():
     return args
 
 
-def bcd_whole_run(pattern: str, cliargs=None) -> str:
+def bcd_whole_run(pattern: str) -> str:
     """Return the play's host ``pattern`` unchanged, or raise ``AnsibleFilterError`` naming the
     options that would run part of the playbook (see :func:`limits`), with the fix."""
-    said = limits(_cliargs() if cliargs is None else cliargs)
+    said = limits(_cliargs())
     if said:
         raise AnsibleFilterError(
             f"{' and '.join(said)}: bcd playbooks run whole, and this run was refused before any change. Their "

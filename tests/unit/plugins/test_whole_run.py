@@ -9,6 +9,7 @@ import types
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.bcd.kubernetes.plugins.filter import bcd_run
 from ansible_collections.bcd.kubernetes.plugins.filter.bcd_run import bcd_whole_run, limits
 
 from tests.helpers import ROOT, run_playbook
@@ -34,14 +35,15 @@ PLAYBOOKS = ["adopt-cluster.yml", "add-nodes.yml", "rollout.yml", "release-clust
     ({"step": True}, ["--step"]),
     ({"step": False}, []),
 ])
-def test_the_options_that_limit_a_run_are_named(cliargs, said):
+def test_the_options_that_limit_a_run_are_named(cliargs, said, monkeypatch):
     assert limits(cliargs) == said
+    monkeypatch.setattr(bcd_run, "_cliargs", lambda: cliargs)
     if said:
         with pytest.raises(AnsibleFilterError, match="refused before any change") as err:
-            bcd_whole_run("clusters", cliargs)
+            bcd_whole_run("clusters")
         assert " and ".join(said) in str(err.value)
     else:
-        assert bcd_whole_run("clusters", cliargs) == "clusters"
+        assert bcd_whole_run("clusters") == "clusters"
 
 
 def test_the_options_are_read_from_ansible_and_without_them_nothing_is_refused(monkeypatch):
