@@ -240,6 +240,8 @@ class CallbackModule(CallbackBase):
             self._line(f"bcd-ansible: ansible-playbook did not end within {STALL_SECONDS:.0f}s of the interruption "
                        "(a worker stopped while holding its results queue); ending it", color="bright yellow")
             self._end()
+            from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_tmp
+            bcd_tmp.remove()  # what the exit finalizers would have removed
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(INTERRUPTED_EXIT)

@@ -13,7 +13,10 @@ import costs seconds in every module run; the REST paths below are the API's own
 from __future__ import annotations
 
 import json
+import os
 from urllib.parse import quote
+
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_tmp import private_dir
 
 
 class KubeError(Exception):
@@ -53,8 +56,6 @@ def resolve(kubeconfig: str | None = None, context: str | None = None, environ=N
     that is not in it (naming those that are), K8S_AUTH_HOST (kubernetes.core would send its
     requests there whatever the kubeconfig says), and a kubeconfig without a current context.
     """
-    import os
-
     import yaml
 
     env = os.environ if environ is None else environ
@@ -115,8 +116,6 @@ def resolve(kubeconfig: str | None = None, context: str | None = None, environ=N
 
 def describe_source(kubeconfig: str | None, context: str | None, server: str | None = None) -> str:
     """``kubeconfig <file(s)>, context <name>[, server <url>]``: where a connection came from."""
-    import os
-
     files = ", ".join(p for p in (kubeconfig or "").split(os.pathsep) if p) or "(none)"
     out = f"kubeconfig {files}, context {context or '(current context)'}"
     return out + (f", server {server}" if server else "")
@@ -145,7 +144,12 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, enviro
             client.bcd_source = f"in-cluster service account, server {cfg.host}"
             client.bcd_resolved = {**chosen, "server": cfg.host}
             return client
-        client = config.new_client_from_config(config_file=chosen["kubeconfig"], context=chosen["context"])
+        cfg = Configuration()
+        # the CA, certificate and key a kubeconfig embeds are written as files: in our own
+        # directory, which goes with the process even where atexit does not run
+        config.load_kube_config(config_file=chosen["kubeconfig"], context=chosen["context"], client_configuration=cfg,
+                                temp_file_path=private_dir())
+        client = ApiClient(configuration=cfg)
     except (ConfigException, OSError, TypeError, ValueError) as exc:
         if chosen["kubeconfig"] is None:
             raise KubeError(f"cannot load the Kubernetes configuration: no kubeconfig is named and {DEFAULT_KUBECONFIG} "

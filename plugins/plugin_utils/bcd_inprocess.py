@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from ansible.module_utils.common.json import Direction, get_module_decoder
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_tmp
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_cp import key_stand_in
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils import bcd_compat
 
@@ -62,9 +63,9 @@ LOCAL_TRANSPORTS = frozenset({"local", "ansible.builtin.local", "ansible.legacy.
 
 def preload() -> None:
     """Import what our modules import, in the process that forks the workers (the stdout
-    callback's start), and check the running ansible-core for the in-process runner there: each
-    worker then finds both done. Never fails the run; says once when modules will run as
-    separate processes."""
+    callback's start), check the running ansible-core for the in-process runner there, and make
+    the run's :func:`bcd_tmp.private_dir`: each worker then finds all three done. Never fails the
+    run; says once when modules will run as separate processes."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -73,6 +74,12 @@ def preload() -> None:
     reason = bcd_compat.inprocess_unavailable()
     if reason:
         bcd_compat.note(reason, display)
+    try:
+        # the run's own temporary directory: a worker's is made inside it, so what a killed
+        # worker wrote goes with the run
+        bcd_tmp.private_dir()
+    except OSError as exc:
+        display.vvv(f"bcd: no private temporary directory: {exc}")
 
 
 def _same_python(interpreter: object) -> bool:

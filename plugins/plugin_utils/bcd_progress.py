@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from ansible import constants as C
 from ansible.utils.display import Display
+from ansible_collections.bcd.kubernetes.plugins.module_utils import bcd_tmp
 from ansible_collections.bcd.kubernetes.plugins.plugin_utils.bcd_inprocess import BcdAction
 
 display = Display()
@@ -130,10 +131,10 @@ class RetryWatch:
     """While a module runs (``with RetryWatch(host):``), print its control-plane retries.
 
     Sets ``$BCD_PROGRESS_FILE`` (inherited by the module's process on the controller) to a new
-    0600 file; a thread reads the retries the module appends and prints one when the call has
-    been retried for ``RETRY_QUIET`` s or more (what failed, the attempt, when the next one is
-    and the limit), at most one every 10 s, and at least every ``PROGRESS_EVERY`` s while the
-    call is still retried. The file is removed on exit. The lines hold what the client's errors
+    0600 file in the process's :func:`bcd_tmp.private_dir`; a thread reads the retries the module
+    appends and prints one when the call has been retried for ``RETRY_QUIET`` s or more (what
+    failed, the attempt, when the next one is and the limit), at most one every 10 s, and at least
+    every ``PROGRESS_EVERY`` s while the call is still retried. The file is removed on exit. The lines hold what the client's errors
     hold: never an API key or a token.
     """
 
@@ -149,7 +150,7 @@ class RetryWatch:
         self._told = False  # a line about the call in progress was printed
 
     def __enter__(self) -> RetryWatch:
-        fd, self._path = tempfile.mkstemp(prefix="bcd-progress-", suffix=".jsonl")
+        fd, self._path = tempfile.mkstemp(prefix="bcd-progress-", suffix=".jsonl", dir=bcd_tmp.private_dir())
         os.close(fd)
         self._previous = os.environ.get(PROGRESS_ENV)
         os.environ[PROGRESS_ENV] = self._path

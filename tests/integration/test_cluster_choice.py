@@ -115,14 +115,18 @@ def _no_k8s_auth(monkeypatch):
 
 
 def run_all(clusters, inv: str, env: dict, extra: list[str], playbooks=PLAYBOOKS) -> None:
-    """Each playbook succeeds, names the chosen context at its start, and sends the other sandbox
-    nothing while the chosen one is reached."""
+    """Each playbook succeeds, names the chosen context at its start, sends the other sandbox
+    nothing while the chosen one is reached, and leaves nothing in its TMPDIR."""
     for playbook, args in playbooks:
         before = clusters.counts()
-        run = run_playbook(playbook, "-i", inv, *extra, *args, env=env)
+        tmpdir = Path(inv).parent / f"tmpdir-{playbook}"
+        tmpdir.mkdir(exist_ok=True)
+        run = run_playbook(playbook, "-i", inv, *extra, *args, env={**env, "TMPDIR": str(tmpdir)})
         out = " ".join((run.stdout + run.stderr).split())
         after = clusters.counts()
         assert run.returncode == 0, f"{playbook}: {out[-3000:]}"
+        # the kubeconfig's client key and certificates, written for TLS, go with the run
+        assert sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*")) == [], playbook
         assert after["wrong"] == before["wrong"], f"{playbook} reached the sandbox not chosen: {out[-2000:]}"
         assert after["right"] > before["right"], f"{playbook} did not go through the chosen context's proxy"
         port = clusters.proxies["right"].port

@@ -39,9 +39,10 @@ def live_tokens(cp, cpvars) -> list[dict]:
     return [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]) if not t.get("revokedAt")]
 
 
-def interrupt_node_wait(sandbox, signum: int, log, faults: dict | None = None) -> tuple[int, float]:
-    """Run adopt-cluster.yml, send ``signum`` during the node wait (``faults`` set then), wait for
-    its exit; returns its exit code and the seconds from the signal to the exit."""
+def interrupt_node_wait(sandbox, signum: int, log, faults: dict | None = None, tmpdir=None) -> tuple[int, float]:
+    """Run adopt-cluster.yml (with ``tmpdir`` as its TMPDIR), send ``signum`` during the node wait
+    (``faults`` set then), wait for its exit; returns its exit code and the seconds from the
+    signal to the exit."""
     from sandbox.control_plane.admin import Admin
 
     admin = Admin.for_sandbox(sandbox.dir)
@@ -50,7 +51,8 @@ def interrupt_node_wait(sandbox, signum: int, log, faults: dict | None = None) -
     try:
         with log.open("w") as fh:
             proc = subprocess.Popen([str(VENV_BIN / "ansible-playbook"), "adopt-cluster.yml"], cwd=str(ROOT),
-                                    env=ansible_env(), stdout=fh, stderr=subprocess.STDOUT, text=True)
+                                    env=ansible_env(**({"TMPDIR": str(tmpdir)} if tmpdir else {})),
+                                    stdout=fh, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 300
         # the node wait's first progress line (a task's banner prints with its first result)
         while "nodes report to the control plane (waited" not in log.read_text():
@@ -83,10 +85,14 @@ def test_an_interrupted_node_wait_cleans_up_what_it_holds(sandbox, cp, cpvars, t
     ansible-playbook exits: the token is revoked, the Secret deleted, the lock released."""
     reliability.describe("Slips and races", f"adopt-cluster.yml sent {signal.Signals(signum).name} during the node wait")
     reliability.runs = 2  # the interrupted run, and the next one that finds nothing left to clean up
-    rc, ended = interrupt_node_wait(sandbox, signum, tmp_path / "adopt.log")
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    rc, ended = interrupt_node_wait(sandbox, signum, tmp_path / "adopt.log", tmpdir=tmpdir)
     out = (tmp_path / "adopt.log").read_text()
     assert rc != 0, out[-4000:]
     assert "Traceback" not in out, out[-4000:]
+    # the workers the signal ended left their copies of the kubeconfig's key: the run took them
+    assert sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*")) == []
     token, _uses, _expires = minted(out)
     # what the lines say is done is done, on the control plane and the cluster
     [revoked] = [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]) if t["id"] == token]
