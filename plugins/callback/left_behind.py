@@ -131,7 +131,7 @@ def _closed_worker(frame) -> bool:
     return False
 
 
-def _swallowing(frame) -> bool:
+def _exception_must_not_land(frame) -> bool:
     """Whether ``frame`` (where a signal handler was called) is where an exception must not land:
     where Python drops it (printed as "Exception ignored in ..."), within a fork of
     ``multiprocessing`` (its ``Popen._launch``, which runs the at-fork hooks) or within a finalizer
@@ -213,7 +213,7 @@ class CallbackModule(CallbackBase):
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return True
-        if not _swallowing(frame):
+        if not _exception_must_not_land(frame):
             return False
         again = threading.Timer(0.02, os.kill, (self._pid, signum))
         again.daemon = True
