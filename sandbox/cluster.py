@@ -340,15 +340,25 @@ def _tls(sdir: Path, client: str | None = "admin") -> ssl.SSLContext:
     return ctx
 
 
-def https_get(sdir: Path, port: int, path: str, client: str | None = "admin", timeout: float = 3.0) -> tuple[int, str]:
-    """GET ``https://127.0.0.1:<port><path>`` over strict TLS; (status, body)."""
+def https_request(sdir: Path, port: int, method: str, path: str, body: dict | None = None, client: str | None = "admin",
+                  timeout: float = 3.0) -> tuple[int, str]:
+    """``method`` ``https://127.0.0.1:<port><path>`` over strict TLS as ``client`` (a JSON
+    ``body`` when given); (status, body)."""
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(sdir, client), timeout=timeout)
     try:
-        conn.request("GET", path)
+        if body is None:
+            conn.request(method, path)
+        else:
+            conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
         resp = conn.getresponse()
         return resp.status, resp.read().decode(errors="replace")
     finally:
         conn.close()
+
+
+def https_get(sdir: Path, port: int, path: str, client: str | None = "admin", timeout: float = 3.0) -> tuple[int, str]:
+    """GET ``https://127.0.0.1:<port><path>`` over strict TLS; (status, body)."""
+    return https_request(sdir, port, "GET", path, client=client, timeout=timeout)
 
 
 def compact_etcd(sdir: Path, timeout: float = 10.0) -> int:
@@ -361,23 +371,17 @@ def compact_etcd(sdir: Path, timeout: float = 10.0) -> int:
     state = load_state(sdir)
     if not state:
         raise RuntimeError(f"sandbox: no sandbox at {sdir}")
-    conn = http.client.HTTPSConnection("127.0.0.1", state["ports"]["etcd_client"],
-                                       context=_tls(sdir, "apiserver-etcd-client"), timeout=timeout)
 
     def post(path: str, body: dict) -> dict:
-        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        text = resp.read().decode(errors="replace")
-        if resp.status != 200:
-            raise RuntimeError(f"sandbox: etcd {path} answered {resp.status}: {text}")
+        status, text = https_request(sdir, state["ports"]["etcd_client"], "POST", path, body,
+                                     client="apiserver-etcd-client", timeout=timeout)
+        if status != 200:
+            raise RuntimeError(f"sandbox: etcd {path} answered {status}: {text}")
         return json.loads(text)
 
-    try:
-        revision = int(post("/v3/maintenance/status", {})["header"]["revision"])
-        post("/v3/kv/compaction", {"revision": revision, "physical": True})
-        return revision
-    finally:
-        conn.close()
+    revision = int(post("/v3/maintenance/status", {})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": revision, "physical": True})
+    return revision
 
 
 def _watch_gone(core, resource_version: str) -> bool:
