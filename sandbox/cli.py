@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     kind_sub.add_parser("build", help="find or build the binaries and images of the kind test bed")
     kind_sub.add_parser("check", help="exit 0 when the cache is warm (up builds nothing); else say why, exit 2 "
                                       "when `build` would make it warm, 1 otherwise")
+    p_crio = sub.add_parser("crio", help="real CRI-O, the file judge's oracle for CRI-O nodes (see sandbox/crio.py)")
+    crio_sub = p_crio.add_subparsers(dest="crio_cmd", required=True)
+    crio_sub.add_parser("build", help="build CRI-O and pinns of each version the oracle asks into the cache")
+    crio_sub.add_parser("check", help="exit 0 when every version is built and the daemon can run here; else say "
+                                      "why, exit 2 when `build` would make it so, 1 otherwise")
     p_root = sub.add_parser("pyroot", help="a Debian trixie root (Python 3.13) with a venv per ansible-core version "
                                            "(see sandbox/pyroot.py)")
     root_sub = p_root.add_subparsers(dest="pyroot_cmd", required=True)
@@ -121,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     root = default_root()
     if args.dir or args.name:
         os.environ["SANDBOX_DIR"] = str(Path(args.dir).resolve() if args.dir else root / f".sandbox-{args.name}")
+    if args.cmd == "crio":
+        from sandbox import crio
+
+        return crio.main(args)
     if args.cmd == "pyroot":
         # Before the defaults below: a command run inside gets the caller's environment as it is.
         from sandbox import pyroot
