@@ -55,6 +55,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd impo
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import QuantityError
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import value as quantity_value
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
+    RULE_CRIO,
     containerd_unit,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
@@ -255,6 +256,21 @@ class _Root:
         with open(self.host(node_path), "rb") as handle:
             return handle.read(size)
 
+    def walk(self, node_dir: str) -> list[str]:
+        """Every file below a directory (node paths) in the order Go's ``filepath.Walk`` visits
+        them: each directory's entries sorted by name, hidden ones included, a subdirectory's
+        files where its name sorts; a symlink is not followed into a directory (Walk's lstat)."""
+        host_dir = self.host(node_dir)
+        out = []
+        for name in sorted(os.listdir(host_dir)):
+            path = node_dir.rstrip("/") + "/" + name
+            host = os.path.join(host_dir, name)
+            if os.path.isdir(host) and not os.path.islink(host):
+                out.extend(self.walk(path))
+            else:
+                out.append(path)
+        return out
+
     def listdir(self, node_dir: str) -> list[str]:
         """Regular files of a directory (node paths), sorted, hidden files left out."""
         host_dir = self.host(node_dir)
@@ -322,7 +338,7 @@ def _who(rules: list[str]) -> str:
 
 def not_serving(configs: list[dict], status: str) -> list[dict]:
     """Findings for each containerd loader family under which no configuration in effect serves
-    CRI: containerd refuses its configuration (``containerd-refuses``), its CRI plugin does not
+    CRI: containerd (``containerd-refuses``) or CRI-O (``crio-refuses``) refuses its configuration, its CRI plugin does not
     load (``cri-not-loaded``) or is disabled (``no-cri-runtime``). ``status`` ``unverifiable`` gives
     the isolation findings (the kubelet's runtime is not one this check knows); ``not-ready`` the
     readiness ones (refused or not loading: no pod runs; disabled: left to the handler check)."""
@@ -341,7 +357,16 @@ def not_serving(configs: list[dict], status: str) -> list[dict]:
     out = []
     for (state, where, reason, root), rules in groups.items():
         who = _who(rules)
-        if state == REFUSED:
+        if state == REFUSED and set(rules) == {RULE_CRIO}:
+            out.append(finding(
+                status, "crio-refuses", where,
+                f"CRI-O refuses to start with the configuration of {root} ({reason}): "
+                + ("no pod, bcd's included, can run on this node." if status == NOT_READY else
+                   "it runs no pod, and what the node runs instead cannot be judged."),
+                f"fix {where} so that CRI-O starts with it (on the node: `journalctl -u crio` says why it stopped; "
+                "`crio status config` shows what a running CRI-O uses)",
+            ))
+        elif state == REFUSED:
             out.append(finding(
                 status, "containerd-refuses", where,
                 f"{who} refuses to start with the configuration of {root} ({reason}): "
@@ -853,8 +878,10 @@ class NodeVerifier:
                 "default_runtime": c["default_runtime"][0] if c.get("default_runtime") else None,
                 "handlers": handlers,
             }
-            if c.get("family"):
-                entry.update({"family": c["family"], "state": c["state"], "reason": c["reason"], "where": c["where"]})
+            if c.get("state"):
+                entry.update({"family": c.get("family"), "state": c["state"], "reason": c["reason"], "where": c["where"]})
+            if c.get("dropped_handlers"):
+                entry["dropped_handlers"] = dict(c["dropped_handlers"])
             self.runtime_configs.append(entry)
         self.mount_findings = self._mounted(eff)
         self.ignored = list(eff.ignored)
@@ -930,7 +957,8 @@ class NodeVerifier:
 
     def run(self) -> dict:
         self._effective()
-        if self._parsed_runtime == 0:
+        # CRI-O starts on its built-in defaults when no file configures it
+        if self._parsed_runtime == 0 and not any(c.get("rule") == RULE_CRIO for c in self.effective.configs):
             self.findings.append(finding(
                 UNVERIFIABLE, "no-runtime-config", "/",
                 "no container runtime configuration is readable (looked for "

@@ -20,9 +20,16 @@ Loading rules modelled (from each runtime's own source and documentation):
   default runtime. A template that includes the built-in base (``{{ template "base" . }}``) while
   no generated ``config.toml`` is on disk leaves the base open: the runtimes k3s would add are
   judged as well.
-* **CRI-O** reads ``/etc/crio/crio.conf``, then ``/etc/crio/crio.conf.d/*`` in lexical order,
-  the last value winning per option (``default_runtime``, and each handler's fields). It never
-  reads ``/etc/crio/conf.d``.
+* **CRI-O** (1.34 and 1.36, proved against the real daemon: tests/oracle/test_crio_differential.py)
+  reads ``/etc/crio/crio.conf``, then every file below ``/etc/crio/crio.conf.d`` as Go's
+  ``filepath.Walk`` visits them (sorted by name, any suffix, dotfiles and subdirectories
+  included), the last value winning per option; a later ``[crio.runtime.runtimes.<name>]``
+  replaces that handler whole. It never reads ``/etc/crio/conf.d``. On top of its built-in
+  handler ``crun`` (the default when ``default_runtime`` is unset), it refuses to start when a file
+  is not TOML, when ``default_runtime`` names no handler, or when the default handler is invalid;
+  any other invalid handler (a ``runtime_type`` it does not know, a ``runtime_path`` that does not
+  exist, no ``runtime_path`` and no binary of the handler's name on $PATH) it drops as it starts.
+  Binaries are checked only in a root that holds CRI-O's own (a node's root, not collected files).
 
 Files named in ``bcd_container_runtime`` beyond these are read as the operator says: each one (and
 every file of each directory) is a configuration of its own, with its imports.
@@ -44,9 +51,16 @@ RANCHER = {
     "rke2": ("/var/lib/rancher/rke2/agent/etc/containerd", "/etc/rancher/rke2"),
 }
 RANCHER_DROPIN_DIRS = ("config.toml.d", "config-v3.toml.d")
+CRIO_ETC = "/etc/crio"
 CRIO_ROOT = "/etc/crio/crio.conf"
 CRIO_DROPIN_DIR = "/etc/crio/crio.conf.d"
 CRIO_NEVER_READ = ("/etc/crio/conf.d",)
+# CRI-O's built-in runtime handler and default_runtime (1.31 and later), its valid runtime_type
+# values ("" is oci), and the $PATH of its systemd unit, where a handler without runtime_path is
+# looked up by name
+CRIO_DEFAULT_RUNTIME = "crun"
+CRIO_RUNTIME_TYPES = ("", "oci", "vm", "pod")
+CRIO_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 DROPIN_SUFFIXES = (".toml", ".conf")
 
 RULE_CRIO = "CRI-O"
@@ -250,6 +264,18 @@ class Loader:
             self._docs[path] = self.read(path, template)
         return self._docs[path]
 
+    def _walk(self, directory: str) -> list[str]:
+        """Every file below ``directory``, as CRI-O's drop-in loader (Go's ``filepath.Walk``) reads
+        them: each directory's entries sorted by name, hidden ones and any suffix included, a
+        subdirectory's files where its name sorts."""
+        if not self.fs.isdir(directory):
+            return []
+        try:
+            return self.fs.walk(directory)
+        except OSError:
+            self.eff.problems.append((directory, f"{directory} cannot be listed.", f"make {directory} readable to the check"))
+            return []
+
     def _dropins(self, directory: str) -> list[str]:
         if not self.fs.isdir(directory):
             return []
@@ -418,41 +444,109 @@ class Loader:
     # -- CRI-O -----------------------------------------------------------------------------------
 
     def crio(self, files: list[str] | None = None) -> None:
+        """CRI-O's configuration in effect, as its daemon starts with it (see the module docstring):
+        one configuration whose ``state`` is ``serving``, or ``refused`` with ``reason`` and
+        ``where`` when the daemon would not start. ``files``: one file the operator named."""
         custom = files is not None
-        files = files if custom else ([CRIO_ROOT] if self.fs.isfile(CRIO_ROOT) else []) + self._dropins(CRIO_DROPIN_DIR)
-        for d in () if custom else CRIO_NEVER_READ:
-            if self.fs.isdir(d):
-                try:
-                    for p in self.fs.listdir(d):
-                        self.eff.ignore(p, f"CRI-O never reads {d} (its drop-in directory is {CRIO_DROPIN_DIR})")
-                except OSError:
-                    pass
+        if not custom:
+            files = ([CRIO_ROOT] if self.fs.isfile(CRIO_ROOT) else []) + self._walk(CRIO_DROPIN_DIR)
+            for d in CRIO_NEVER_READ:
+                if self.fs.isdir(d):
+                    try:
+                        for p in self.fs.listdir(d):
+                            self.eff.ignore(p, f"CRI-O never reads {d} (its drop-in directory is {CRIO_DROPIN_DIR})")
+                    except OSError:
+                        pass
+            if not files and not self.fs.isdir(CRIO_ETC) and not self._crio_installed():
+                return
         merged: dict = {}
         origin: dict = {}
+        handlers: dict = {}  # name -> (its table, the file that set it): a later file replaces it whole
         order = []
-        complete = True
+        broken = None
         for path in files:
             doc = self._doc(path)
             self.eff.loaded.add(path)
             if doc is None:
-                complete = False
+                broken = broken or path
                 continue
             order.append(path)
+            doc = copy.deepcopy(doc)
+            runtime = (doc.get("crio") or {}).get("runtime") if isinstance(doc.get("crio"), dict) else None
+            tables = runtime.pop("runtimes", None) if isinstance(runtime, dict) else None
+            for name, table in tables.items() if isinstance(tables, dict) else ():
+                handlers[str(name)] = (table if isinstance(table, dict) else {}, path)
             merge_deep(merged, origin, doc, path, lists="replace", skip_empty=False)
-        if not order:
-            return
+        for name, (table, path) in handlers.items():
+            keypath = ("crio", "runtime", "runtimes", name)
+            merged.setdefault("crio", {}).setdefault("runtime", {}).setdefault("runtimes", {})[name] = copy.deepcopy(table)
+            _mark(origin, keypath, table, path)
+            if not table:
+                origin[keypath] = path
+        root = order[0] if order else (files[0] if files else CRIO_ETC)
         for f in order:
             if f not in set(origin.values()) and any(self._docs.get(f) or {}):
-                self.eff.ignore(f, "every option it sets is set again by a later file (CRI-O: the last value wins)")
-        runtime = (merged.get("crio") or {}).get("runtime") or {}
-        default = runtime.get("default_runtime") if isinstance(runtime, dict) else None
+                self.eff.ignore(f, "every option it sets is set again by a later file (CRI-O: the last value wins, "
+                                   "and a later runtime table replaces a handler whole)")
+        state, reason, where, dropped = self._crio_start(merged, origin, root, broken)
+        default = ((merged.get("crio") or {}).get("runtime") or {}).get("default_runtime") or CRIO_DEFAULT_RUNTIME
         self.eff.configs.append({
-            "runtime": "custom" if custom else "cri-o", "rule": RULE_CRIO, "root": order[0], "files": order, "complete": complete,
-            "version": None, "doc": merged, "origin": origin, "serves_cri": True, "disabled_plugins": [],
-            "handlers": crio_handlers(merged),
-            "default_runtime": (default, origin.get(("crio", "runtime", "default_runtime"), order[0])) if default else None,
+            "runtime": "custom" if custom else "cri-o", "rule": RULE_CRIO, "root": root, "files": order,
+            "complete": broken is None, "version": None, "doc": merged if state == cd.SERVING else {},
+            "origin": origin, "serves_cri": state == cd.SERVING, "disabled_plugins": [], "state": state,
+            "reason": reason, "where": where, "dropped_handlers": dropped,
+            "handlers": crio_handlers(merged) if state == cd.SERVING else {},
+            "default_runtime": (default, origin.get(("crio", "runtime", "default_runtime"), f"{root} (CRI-O's default)")),
             "extra_runtimes": {},
         })
+
+    def _crio_installed(self) -> bool:
+        """Whether the root holds CRI-O's binary on $PATH: a node's root, not collected files."""
+        return any(self.fs.isfile(f"{d}/crio") for d in CRIO_PATH)
+
+    def _crio_start(self, merged: dict, origin: dict, root: str, broken: str | None) -> tuple[str, str | None, str, dict]:
+        """What CRI-O does with the merged configuration as its daemon starts: (state, reason,
+        where, dropped handlers). Its built-in handler ``crun`` is added (``merged`` changes); a
+        ``default_runtime`` no handler defines, or a default handler CRI-O finds invalid, refuses
+        the start; any other invalid handler is dropped (CRI-O: "is being ignored due to"), and
+        removed from ``merged``. A handler's binary (``runtime_path``, else its name on $PATH) is
+        checked only where the root holds CRI-O's own binary: a node's root, where a missing
+        runtime binary is missing; a root of collected configuration files holds none."""
+        if broken is not None:
+            return cd.REFUSED, f"{broken} is not valid TOML, and CRI-O stops at it", broken, {}
+        runtime = merged.setdefault("crio", {}).setdefault("runtime", {})
+        if not isinstance(runtime, dict) or not isinstance(runtime.setdefault("runtimes", {}), dict):
+            return cd.REFUSED, "crio.runtime is not a table", root, {}
+        runtimes = runtime["runtimes"]
+        runtimes.setdefault(CRIO_DEFAULT_RUNTIME, {})
+        default = runtime.get("default_runtime") or CRIO_DEFAULT_RUNTIME
+        default_from = origin.get(("crio", "runtime", "default_runtime"), root)
+        if default not in runtimes:
+            return (cd.REFUSED, f"default_runtime is {default!r}, but no [crio.runtime.runtimes.{default}] is defined",
+                    default_from, {})
+        node = self._crio_installed()
+        dropped = {}
+        for name in list(runtimes):
+            table = runtimes[name] if isinstance(runtimes[name], dict) else {}
+            rtype = table.get("runtime_type") or ""
+            why = None
+            if rtype not in CRIO_RUNTIME_TYPES:
+                why = f"runtime_type {rtype!r} is none of {', '.join(t for t in CRIO_RUNTIME_TYPES if t)}"
+            elif node:
+                path = table.get("runtime_path") or ""
+                if path and not self.fs.exists(path):
+                    why = f"its runtime_path {path} does not exist"
+                elif not path and not any(self.fs.isfile(f"{d}/{name}") for d in CRIO_PATH):
+                    why = f"it sets no runtime_path and no {name} is on $PATH ({':'.join(CRIO_PATH)})"
+            if why is None:
+                continue
+            where = origin.get(("crio", "runtime", "runtimes", name), f"{root} (CRI-O's built-in handler)")
+            if name == default:
+                return cd.REFUSED, f"its default runtime handler {name!r} is invalid: {why}", where, {}
+            del runtimes[name]
+            dropped[name] = why
+            self.eff.notes.append(f"CRI-O drops the runtime handler {name!r} ({where}) as it starts: {why}")
+        return cd.SERVING, None, root, dropped
 
     def _custom(self, path: str) -> None:
         """A file named in bcd_container_runtime: CRI-O's format when it has a [crio] table, else
