@@ -13,11 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0,
+def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0, crio_rc: int = 0,
         **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run a copy of .ci/run in ``tmp_path``: `kind check` exits ``kind_rc``, `pyroot check`
-    ``root_rc``; the step named in ``fail`` (a make target, ``kind-build`` or ``pyroot-build``)
-    exits 1. Returns the run and the logged calls."""
+    ``root_rc``, `crio check` ``crio_rc``; the step named in ``fail`` (a make target,
+    ``kind-build``, ``pyroot-build``, ``crio-build`` or ``crio-test``) exits 1. Returns the run
+    and the logged calls."""
     (tmp_path / ".ci").mkdir()
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
     log = tmp_path / "calls.log"
@@ -36,9 +37,14 @@ def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0,
         f'echo "python $*" >> {log}\n'
         f'[ "$3 $4" = "kind check" ] && exit {kind_rc}\n'
         f'[ "$3 $4" = "pyroot check" ] && {{ echo "pyroot: cannot be built here: not root"; exit {root_rc}; }}\n'
+        f'[ "$3 $4" = "crio check" ] && {{ echo "crio: not warm: CRI-O 1.36.3 not built"; exit {crio_rc}; }}\n'
         f'[ "$4" = build ] && [ "{fail}" = "$3-build" ] && exit 1\n'
         "exit 0\n")
-    for f in (stubs / "make", venv / "python"):
+    (venv / "pytest").write_text(
+        "#!/bin/bash\n"
+        f'echo "pytest $*" >> {log}\n'
+        f'[ "{fail}" = crio-test ] && exit 1; exit 0\n')
+    for f in (stubs / "make", venv / "python", venv / "pytest"):
         f.chmod(0o755)
     run_env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", **env}
     done = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=run_env, capture_output=True, text=True,
@@ -52,7 +58,7 @@ def test_cold_kind_cache_builds_and_runs_the_scenario_before_the_long_tests(tmp_
     assert done.returncode == 0, done.stderr
     assert [c for c in calls if not c.startswith("deadline")] == [
         "make test", "python -m sandbox pyroot check", "python -m sandbox kind check",
-        "python -m sandbox kind build", "make test-kind", "make test-long"]
+        "python -m sandbox kind build", "make test-kind", "python -m sandbox crio check", "make test-long"]
     assert "ci: kind build took 0m0" in done.stdout and "ci: molecule scenario kind took 0m0" in done.stdout
     assert "ci: timings: make test 0m0" in done.stdout and "kind build 0m0" in done.stdout
     # the long tests' deadline keeps LONG_TAIL_MINUTES (15) of the 90 free
@@ -123,3 +129,39 @@ def test_a_failed_root_build_or_matrix_fails_the_job_after_the_rest_ran(tmp_path
     named = {"pyroot-build": "pyroot build", "test-matrix": "ansible-core matrix"}[fail]
     assert f"ci: FAILED: {named}" in done.stderr
     assert "make test-kind" in calls and "make test-long" in calls
+
+
+CRIO_TEST = "pytest -p no:randomly tests/oracle/test_crio_differential.py"
+
+
+def test_unbuilt_crio_is_built_and_its_differential_test_run_before_the_long_tests(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=0, crio_rc=2)
+    assert done.returncode == 0, done.stderr
+    at = calls.index("python -m sandbox crio check")
+    assert calls[at:at + 4] == ["python -m sandbox crio check", "python -m sandbox crio build", CRIO_TEST, "make test-long"]
+    assert "crio build 0m0" in done.stdout and "CRI-O differential test 0m0" in done.stdout
+
+
+@pytest.mark.parametrize("crio_rc", [0, 1])
+def test_no_crio_build_when_built_or_not_possible(tmp_path, crio_rc):
+    done, calls = _ci(tmp_path, kind_rc=0, crio_rc=crio_rc)
+    assert done.returncode == 0, done.stderr
+    assert "python -m sandbox crio build" not in calls and CRIO_TEST not in calls
+    assert ("ci: the CRI-O differential test cannot run on this machine: not warm: CRI-O 1.36.3 not built"
+            in done.stdout) == (crio_rc == 1)
+
+
+def test_the_crio_build_never_takes_make_test_longs_minimum(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=0, crio_rc=2, CI_MINUTES="45")
+    assert "python -m sandbox crio build" not in calls and "make test-long" in calls
+    assert ("not warm: CRI-O 1.36.3 not built; only 45 min are left (under 20 + 30): the CRI-O build and its "
+            "differential test skipped") in done.stdout
+
+
+@pytest.mark.parametrize("fail", ["crio-build", "crio-test"])
+def test_a_failed_crio_build_or_differential_test_fails_the_job_after_the_rest_ran(tmp_path, fail):
+    done, calls = _ci(tmp_path, kind_rc=0, crio_rc=2, fail=fail)
+    assert done.returncode == 1, done.stdout + done.stderr
+    named = {"crio-build": "crio build", "crio-test": "CRI-O differential test"}[fail]
+    assert f"ci: FAILED: {named}" in done.stderr
+    assert (CRIO_TEST in calls) == (fail == "crio-test") and "make test-long" in calls
