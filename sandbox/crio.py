@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 
 from sandbox.build import BuildError, cache_dir
@@ -306,6 +307,81 @@ def ask(binaries: tuple[Path, Path], version: str, root: Path, digest: str | Non
     tmp.replace(path)
     answer["cached"] = False
     return answer
+
+
+SERVE = r"""set -e
+cd "$1"
+mkdir -p proc run tmp dev "./$3"
+mount -t proc proc proc
+for d in run tmp dev; do mount -t tmpfs -o mode=0755 tmpfs $d; done
+mknod -m 666 dev/null c 1 3
+export PATH="$2"
+exec chroot . "$4/crio" --storage-driver vfs --log-level info --disable-hostport-mapping > "./$3/daemon.log" 2>&1
+"""
+
+
+class Daemon:
+    """A CRI-O daemon left running on a copy of a node root (:func:`serve`): ``pid`` (this
+    machine's), ``root`` (the copy, as this machine sees it), and :meth:`run`, which runs a command
+    as on that node: in the daemon's mount namespace and root (``nsenter --mount --root``)."""
+
+    def __init__(self, pid: int, root: Path, version: str):
+        self.pid, self.root, self.version = pid, root, version
+
+    def inside(self, path: str) -> str:
+        """A path of this machine under the copy, as the node sees it (others as they are)."""
+        prefix = str(self.root)
+        return path[len(prefix):] or "/" if path.startswith(prefix + "/") else path
+
+    def run(self, argv: list[str], timeout: float = 30.0) -> tuple[int, str, str]:
+        cmd = ["nsenter", "--target", str(self.pid), "--mount", "--root", "--wd=/", "--",
+               self.inside(argv[0]), *argv[1:]]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                                  env={"PATH": PATH})
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{argv[0]}: timed out after {timeout:.0f}s"
+        return done.returncode, done.stdout, done.stderr
+
+    def log(self) -> str:
+        path = self.root / OUT_DIR.lstrip("/") / "daemon.log"
+        return path.read_text(errors="replace") if path.is_file() else ""
+
+
+@contextmanager
+def serve(binaries: tuple[Path, Path], version: str, root: Path):
+    """Start CRI-O ``version`` on a copy of the node root ``root`` (furnished as :func:`ask` does)
+    and yield a :class:`Daemon` once ``crio status config`` answers on its socket; the daemon, its
+    namespace and the copy are gone afterwards. Raises RuntimeError (with its log) when it does
+    not answer within BOOT_TIMEOUT."""
+    work = Path(tempfile.mkdtemp(prefix="crio-daemon-"))
+    scratch = work / "root"
+    proc = None
+    try:
+        shutil.copytree(root, scratch, symlinks=True)
+        _furnish(scratch, *binaries)
+        proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", SERVE, "serve",
+                                 str(scratch), PATH, OUT_DIR.lstrip("/"), BIN_DIR], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        daemon = Daemon(proc.pid, scratch, version)
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"CRI-O {version} exited ({proc.returncode}) as it started:\n{daemon.log()[-3000:]}")
+            rc, _, _ = daemon.run([f"{BIN_DIR}/crio", "status", "config"], timeout=5)
+            if rc == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRI-O {version} did not answer within {BOOT_TIMEOUT:.0f}s:\n{daemon.log()[-3000:]}")
+            time.sleep(0.1)
+        yield daemon
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        # the mounts lived in the daemon's namespace and ended with it; never delete through one
+        if not any(os.path.ismount(scratch / d) for d in ("proc", "run", "tmp", "dev")):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def can_run() -> str | None:

@@ -12,8 +12,10 @@ What is asked (:class:`Probe`), all read-only:
   RKE2's ``/var/lib/rancher/rke2/bin/crictl``) on the daemon's socket, else the CRI plugin's own
   start-up line in the journal of that process (2.x ``starting cri plugin`` with the configuration
   as JSON; 1.x ``Start cri plugin with config {...}`` in Go's ``%+v``);
-* CRI-O: ``crio status config`` (the running daemon), else ``crio config`` with the flags the
-  daemon was started with.
+* CRI-O: ``crio status config`` (the running daemon), and ``crio config`` with the flags the
+  daemon was started with (what its files say now; less the handlers the daemon drops as it
+  starts, whose binary is missing in its root). Tested against real CRI-O 1.34 and 1.36
+  (tests/oracle/test_crio_live.py).
 
 :func:`reconcile` then compares that with what the file judge (``verify_node_root``) concluded
 from the files, and reports every disagreement as a finding naming both sides. Where they
@@ -47,6 +49,9 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation i
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
     CONTAINERD_ROOT,
+    CRIO_DEFAULT_RUNTIME,
+    CRIO_ROOT,
+    RULE_CRIO,
     config_flag,
 )
 
@@ -199,7 +204,9 @@ def cri_from_crictl(text: str) -> dict | None:
 
 def crio_cri(doc: dict) -> dict | None:
     """CRI-O's runtimes (``crio.runtime.runtimes``, each ``runtime_path``, else its name on $PATH)
-    and ``default_runtime`` (``runc`` when unset) from its TOML configuration."""
+    and ``default_runtime`` from its TOML configuration. Unset (``crio config`` prints its
+    defaults commented out), the default is CRI-O's built-in handler ``crun``, which is there
+    whatever the files define."""
     runtime = ((doc.get("crio") or {}).get("runtime") or {}) if isinstance(doc, dict) else {}
     if not isinstance(runtime, dict):
         return None
@@ -207,7 +214,18 @@ def crio_cri(doc: dict) -> dict | None:
     for name, rt in (runtime.get("runtimes") or {}).items():
         path = rt.get("runtime_path") if isinstance(rt, dict) else None
         handlers[str(name)] = path if isinstance(path, str) and path else str(name)
-    return {"default_runtime": runtime.get("default_runtime") or "runc", "handlers": handlers}
+    handlers.setdefault(CRIO_DEFAULT_RUNTIME, CRIO_DEFAULT_RUNTIME)
+    return {"default_runtime": runtime.get("default_runtime") or CRIO_DEFAULT_RUNTIME, "handlers": handlers}
+
+
+def crio_version(text: str) -> str | None:
+    """The release in ``crio --version`` output: ``crio version 1.36.3`` (1.34 and later) or a
+    ``Version: 1.30.4`` line (earlier releases)."""
+    for line in text.splitlines():
+        found = re.match(r"\s*(?:crio version|version:)\s*v?(\d+\.\d+\.\d+\S*)", line, re.IGNORECASE)
+        if found:
+            return found.group(1)
+    return None
 
 
 def judge_cri(cri: dict | None) -> dict:
@@ -363,7 +381,8 @@ class Probe:
         return {
             "kind": kind, "pid": p["pid"], "binary": self._binary(p), "started": _iso(p["started"]),
             "started_epoch": p["started"], "version": None, "running": None, "running_source": None,
-            "running_error": None, "files": None, "files_error": None, "loaded_files": [], "changed_since_start": [],
+            "running_error": None, "files": None, "files_error": None, "files_dropped": {}, "loaded_files": [],
+            "changed_since_start": [],
             **fields,
         }
 
@@ -488,8 +507,7 @@ class Probe:
             r["files_error"] = f"the binary of crio (pid {p['pid']}) cannot be found"
             return r
         rc, out, _err = self.run([binary, "--version"])
-        r["version"] = next((line.split(":", 1)[1].strip() for line in out.splitlines()
-                             if line.lower().startswith("version:")), None) if rc == 0 else None
+        r["version"] = crio_version(out) if rc == 0 else None
         flags = p["argv"][1:]
         r["config"] = next((flags[i + 1] for i, a in enumerate(flags[:-1]) if a in ("--config", "-c")), None)
         r["config_from"] = "--config" if r["config"] else "default"
@@ -507,7 +525,27 @@ class Probe:
             r[key] = crio_cri(doc or {})
             if key == "running":
                 r["running_source"] = source
+        if r["files"] is not None:
+            # `crio config` does not validate: drop what the daemon drops as it starts, so the files'
+            # answer is what a restart would run (a handler it dropped is no change since its start)
+            r["files"], r["files_dropped"] = self._crio_validated(p["pid"], r["files"])
         return r
+
+    def _crio_validated(self, pid: int, cri: dict) -> tuple[dict, dict]:
+        """``cri`` without the handlers CRI-O drops as it starts: a binary (``runtime_path``, else
+        the handler's name on $PATH) that does not exist, looked up in the daemon's own root
+        (``/proc/<pid>/root``). The default handler stays: CRI-O refuses to start without it."""
+        root = f"{self.proc}/{pid}/root"
+        if not os.path.isdir(root):
+            return cri, {}
+        kept, dropped = {}, {}
+        for name, binary in cri["handlers"].items():
+            candidates = [binary] if "/" in binary else [f"{d}/{binary}" for d in PATH_DIRS]
+            if name == cri["default_runtime"] or any(os.path.exists(root + c) for c in candidates):
+                kept[name] = binary
+            else:
+                dropped[name] = binary
+        return {**cri, "handlers": kept}, dropped
 
     def run_all(self) -> dict:
         runtimes = []
@@ -562,6 +600,34 @@ def _file_configs(node: dict, live: dict) -> list[dict]:
     return [c for c in configs if c.get("serves_cri")]
 
 
+def _crio_disagrees(node: dict, r: dict, who: str, answer: dict, source: str, findings: list) -> bool:
+    """The file judge's CRI-O configuration against CRI-O's own reading of the same files (its
+    ``crio config``, validated as it starts), else what it runs: a ``runtime-disagrees`` finding
+    when they differ (the runtime's answer wins). True when they do."""
+    configs = [c for c in node.get("runtime_configs") or [] if c.get("rule") == RULE_CRIO and c.get("serves_cri")]
+    reading, read_by = (r["files"], "`crio config`") if r["files"] is not None else (answer, source)
+    if not configs:
+        findings.append(finding(
+            UNVERIFIABLE, "runtime-disagrees", r.get("config") or CRIO_ROOT,
+            f"{who} serves CRI ({source}: {describe(answer)}), but the file judge found no CRI-O configuration it "
+            "would start with. The runtime's answer wins.",
+            "check the node's CRI-O configuration (crio config; crio status config)",
+        ))
+        return True
+    for c in configs:
+        diff = differences(reading, _as_cri(c))
+        if diff:
+            findings.append(finding(
+                UNVERIFIABLE, "runtime-disagrees", r.get("config") or c["root"],
+                f"{who} answers ({read_by}) {describe(reading)}; the file judge read {c['root']} ({c.get('rule')}) as "
+                f"{describe(_as_cri(c))}: {'; '.join(diff)}. The runtime's answer wins: it is what runs.",
+                "check the files CRI-O loads against what it runs (crio config; crio status config); restart crio if "
+                "its files changed since it started",
+            ))
+            return True
+    return False
+
+
 def _as_cri(c: dict) -> dict:
     return {"default_runtime": c.get("default_runtime"),
             "handlers": {n: h.get("binary") for n, h in (c.get("handlers") or {}).items()}}
@@ -603,6 +669,9 @@ def reconcile(node: dict, live: dict, runtime_paths: dict | None = None) -> dict
         asked = True
         if r["running"] is not None:
             handlers.update({n: {"binary": b, "by": f"{who}, {source}"} for n, b in r["running"]["handlers"].items()})
+        if r["kind"] == "cri-o":
+            disagree = _crio_disagrees(node, r, who, answer, source, findings) or disagree
+            continue
         if r["kind"] != "containerd":
             continue
         judged = judge_cri(answer)

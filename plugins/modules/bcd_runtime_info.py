@@ -83,7 +83,9 @@ runtime:
             - The CRI configuration the daemon runs with now (C(default_runtime), C(handlers) name to binary,
               null for the shim's default runc); null when it could not be asked (RV(runtime.runtimes[].running_error)).
           type: dict
-        running_source: {description: "Where RV(runtime.runtimes[].running) came from (C(crictl info), the start-up log).", type: str}
+        running_source:
+          description: "Where RV(runtime.runtimes[].running) came from (C(crictl info), the start-up log, C(crio status config))."
+          type: str
         running_error: {description: Why the running configuration could not be asked., type: str}
         files:
           description:
@@ -91,6 +93,11 @@ runtime:
               containerd C(version), C(imports) and C(disabled_plugins); null when it could not be asked.
           type: dict
         files_error: {description: Why the files' configuration could not be asked., type: str}
+        files_dropped:
+          description:
+            - "CRI-O: the handlers of C(crio config) it drops as it starts (their binary does not exist in its root,
+              C(/proc/<pid>/root)), name to binary; left out of RV(runtime.runtimes[].files). Empty for containerd."
+          type: dict
         loaded_files: {description: The configuration file and the imports it loads (globs expanded)., type: list, elements: str}
         changed_since_start:
           description: Each loaded file changed after the daemon started (C(file), C(changed)).
