@@ -630,7 +630,8 @@ class NodeVerifier:
             return
         reader = f"runtime {name!r} ({path}: {key} = {value!r})"
         if default_from:
-            reader = (f"runtime {name!r}, the default runtime (set in {default_from}) ({path}: {key} = {value!r})")
+            where = f"set in {default_from}" if default_from.startswith("/") else default_from
+            reader = (f"runtime {name!r}, the default runtime ({where}) ({path}: {key} = {value!r})")
         entry = {"name": name, "file": path, "key": key, "binary": binary, "toolkit_configs": configs}
         if entry not in self.runtimes:
             self.runtimes.append(entry)

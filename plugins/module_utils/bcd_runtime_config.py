@@ -496,7 +496,8 @@ class Loader:
             "origin": origin, "serves_cri": state == cd.SERVING, "disabled_plugins": [], "state": state,
             "reason": reason, "where": where, "dropped_handlers": dropped,
             "handlers": crio_handlers(merged) if state == cd.SERVING else {},
-            "default_runtime": (default, origin.get(("crio", "runtime", "default_runtime"), f"{root} (CRI-O's default)")),
+            "default_runtime": (default, origin.get(("crio", "runtime", "default_runtime"),
+                                                    "no file sets default_runtime: CRI-O's built-in default")),
             "extra_runtimes": {},
         })
 
