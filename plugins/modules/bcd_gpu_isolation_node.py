@@ -53,8 +53,10 @@ description:
     template is containerd 2.x's) and load the drop-ins of C(config-v3.toml.d) or C(config.toml.d),
     the one of their template's version, through the imports of the config they generate; they take
     C(default-runtime) from C(/etc/rancher/<k3s|rke2>/config.yaml) and C(config.yaml.d/*.yaml).
-    CRI-O reads C(crio.conf) then C(crio.conf.d/*) in lexical order, the last value winning, and
-    never C(/etc/crio/conf.d). Every file that exists but is not in effect is a note naming it and
+    CRI-O reads C(crio.conf) then every file below C(crio.conf.d) (sorted, any name, subdirectories
+    too), the last value winning and a later runtime table replacing that handler whole, and never
+    C(/etc/crio/conf.d); it refuses to start on a default runtime that is not defined or not valid,
+    and drops any other handler it finds invalid (a binary missing, judged on a node's root). Every file that exists but is not in effect is a note naming it and
     why (RV(node.ignored_files)); where the rules leave more than one candidate, each is judged and
     the worst counts. When no configuration in effect serves CRI, the node is C(unverifiable)."
   - "Readiness, a second verdict (C(ready), C(not-ready), C(unknown)): the handler O(runtime_handler) (the
