@@ -313,8 +313,9 @@ def _rollout_left(report) -> tuple[str, str | None]:
     unverified = names(report.get("not_verified") or [])
     joined = names(report.get("joined") or [])
     parts, then = [], []
-    for listed, what in ((behind, "down node(s) left behind"), (unverified, "rolled but not verified (their Node went down)"),
-                        (joined, "joined during the rollout, not judged")):
+    for listed, what in ((behind, "down node(s) left behind"),
+                         (unverified, "rolled but not verified (their Node went down)"),
+                         (joined, "joined during the rollout, not judged")):
         if listed:
             shown = ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
             parts.append(f"{len(listed)} {what} ({shown})")
