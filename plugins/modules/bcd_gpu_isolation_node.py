@@ -58,7 +58,8 @@ description:
     C(/etc/crio/conf.d); it refuses to start on a default runtime that is not defined or not valid,
     and drops any other handler it finds invalid (a binary missing, judged on a node's root). Every
     file that exists but is not in effect is a note naming it and why (RV(node.ignored_files));
-    where the rules leave more than one candidate, each is judged and the worst counts. When no configuration in effect serves CRI, the node is C(unverifiable)."
+    where the rules leave more than one candidate, each is judged and the worst counts. When no
+    configuration in effect serves CRI, the node is C(unverifiable)."
   - "Readiness, a second verdict (C(ready), C(not-ready), C(unknown)): the handler O(runtime_handler) (the
     C(handler) of bcd's RuntimeClass) is defined in every configuration in effect and runs the NVIDIA container
     runtime; a CDI specification of kind C(nvidia.com/gpu) in C(/etc/cdi) or C(/var/run/cdi) names every device
