@@ -48,6 +48,7 @@ import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 
+from sandbox import oracle
 from sandbox.build import BuildError, cache_dir
 
 # One release per loader family: 1.7; 2.0-2.2; 2.3.0-2.3.4 (drop-in version check); 2.3.5+/2.4.
@@ -115,16 +116,8 @@ def _build(version: str, say) -> float:
         with open(log_path, "wb") as log:
             if version.startswith("1."):
                 # go install refuses a main module with exclude directives: build a copy of it.
-                dl = subprocess.run([go, "mod", "download", "-json", f"{module_of(version)}@v{version}"],
-                                    env=env, capture_output=True, text=True, check=False)
-                if dl.returncode != 0:
-                    raise BuildError(f"containerd build: go mod download of v{version} failed: {dl.stderr or dl.stdout}")
                 src = tmp / "src"
-                shutil.copytree(json.loads(dl.stdout)["Dir"], src)
-                for d, _, files in os.walk(src):
-                    os.chmod(d, 0o700)
-                    for f in files:
-                        os.chmod(os.path.join(d, f), 0o600)
+                oracle.writable_module(go, module_of(version), version, src, env, "containerd build")
                 argv = [*nice, go, "build", "-trimpath", "-ldflags", _ldflags(version), "-o", str(tmp / "containerd"),
                         "./cmd/containerd"]
                 rc = subprocess.run(argv, cwd=src, env={**env, "GOFLAGS": "-buildvcs=false -mod=mod"}, stdout=log,
@@ -250,19 +243,10 @@ def _runtimes_from_dump(dump: dict, version: str) -> tuple[dict, str | None]:
 def _boot(scratch: Path, log_path: Path) -> tuple[bool, int | None, list[str]]:
     """Run the daemon in a private mount namespace chrooted into ``scratch``: (booted, exit code
     when it exited by itself, its log lines)."""
-    s = str(scratch)
-    script = (
-        "set -e\n"
-        f"cd '{s}'\n"
-        "mkdir -p proc run tmp dev var/lib/containerd\n"
-        "mount -t proc proc proc\n"
-        "for d in run tmp dev; do mount -t tmpfs -o mode=0755 tmpfs $d; done\n"
-        "mknod -m 666 dev/null c 1 3\n"
-        f"exec chroot '{s}' {BIN_IN_ROOT} --log-level info\n"
-    )
+    script = oracle.NAMESPACE_SETUP + f"mkdir -p var/lib/containerd\nexec chroot . {BIN_IN_ROOT} --log-level info\n"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "boot",
+                                 str(scratch)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + BOOT_TIMEOUT
     booted = False
     rc = None
@@ -298,10 +282,7 @@ def _refusal(lines: list[str]) -> str:
 
 
 def ask_uncached(binary: Path, version: str, root: Path) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="containerd-oracle-"))
-    scratch = work / "root"
-    try:
-        shutil.copytree(root, scratch, symlinks=True)
+    with oracle.scratch_copy(root, "containerd-oracle-") as scratch:
         target = scratch / BIN_IN_ROOT.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -310,11 +291,7 @@ def ask_uncached(binary: Path, version: str, root: Path) -> dict:
             shutil.copy2(binary, target)
         dump = subprocess.run(["chroot", str(scratch), BIN_IN_ROOT, "config", "dump"], capture_output=True,
                               text=True, timeout=30, check=False)
-        booted, rc, lines = _boot(scratch, work / "log")
-    finally:
-        # The mounts lived in the daemon's namespace and ended with it; never delete through one.
-        if not any(os.path.ismount(scratch / d) for d in ("proc", "run", "tmp", "dev")):
-            shutil.rmtree(work, ignore_errors=True)
+        booted, rc, lines = _boot(scratch, scratch.parent / "log")
     dumped = None
     if dump.returncode == 0:
         try:
@@ -344,33 +321,10 @@ def ask_uncached(binary: Path, version: str, root: Path) -> dict:
 
 def ask(binary: Path, version: str, root: Path, digest: str | None = None) -> dict:
     """containerd ``version``'s answer for the node root ``root`` (cached; see the module)."""
-    digest = digest or tree_digest(root)
-    path = answer_path(version, digest)
-    try:
-        answer = json.loads(path.read_text())
-        if answer.get("schema") == ORACLE_SCHEMA:
-            answer["cached"] = True
-            return answer
-    except (OSError, ValueError):
-        pass
-    answer = ask_uncached(binary, version, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(answer, indent=1, sort_keys=True))
-    tmp.replace(path)
-    answer["cached"] = False
-    return answer
+    return oracle.cached(answer_path(version, digest or tree_digest(root)), ORACLE_SCHEMA,
+                         lambda: ask_uncached(binary, version, root))
 
 
 def can_run() -> str | None:
     """Why the daemon cannot be run here (None: it can): root, unshare and chroot are needed."""
-    if os.geteuid() != 0:
-        return "not root: running containerd in a private mount namespace and chroot needs root"
-    for tool in ("unshare", "chroot", "mknod"):
-        if not shutil.which(tool):
-            return f"`{tool}` is not on PATH"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True,
-                           text=True, check=False)
-    if probe.returncode != 0:
-        return f"unshare --mount is refused here ({probe.stderr.strip() or probe.returncode})"
-    return None
+    return oracle.cannot_unshare()

@@ -43,6 +43,7 @@ import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 
+from sandbox import oracle
 from sandbox.build import BuildError, cache_dir
 from sandbox.containerd import _lock, tree_digest
 
@@ -110,16 +111,8 @@ def _build(version: str, say) -> float:
     start = time.monotonic()
     try:
         with open(log_path, "wb") as log:
-            dl = subprocess.run([go, "mod", "download", "-json", f"{MODULE}@v{version}"], env=env, capture_output=True,
-                                text=True, check=False)
-            if dl.returncode != 0:
-                raise BuildError(f"CRI-O build: go mod download of v{version} failed: {dl.stderr or dl.stdout}")
             src = tmp / "src"
-            shutil.copytree(json.loads(dl.stdout)["Dir"], src)
-            for d, _, files in os.walk(src):
-                os.chmod(d, 0o700)
-                for f in files:
-                    os.chmod(os.path.join(d, f), 0o600 if not f.endswith(".sh") else 0o700)
+            oracle.writable_module(go, MODULE, version, src, env, "CRI-O build")
             steps = [
                 [*nice, go, "build", "-trimpath", "-tags", " ".join(TAGS), "-ldflags", "-s -w", "-o", str(tmp / "crio"),
                  "./cmd/crio"],
@@ -201,12 +194,8 @@ def _furnish(scratch: Path, crio: Path, pinns: Path) -> None:
     _place(pinns, scratch, f"{BIN_DIR}/pinns")
 
 
-BOOT = r"""set -e
-cd "$1"
-mkdir -p proc run tmp dev "./$3"
-mount -t proc proc proc
-for d in run tmp dev; do mount -t tmpfs -o mode=0755 tmpfs $d; done
-mknod -m 666 dev/null c 1 3
+# "$2": the daemon's $PATH, "$3": where it writes what it says, "$4": where crio is (in the copy)
+BOOT = oracle.NAMESPACE_SETUP + r"""mkdir -p "./$3"
 export PATH="$2"
 chroot . "$4/crio" --storage-driver vfs --log-level info --disable-hostport-mapping > "./$3/daemon.log" 2>&1 &
 pid=$!
@@ -261,10 +250,7 @@ def parse(log: str, config: str | None) -> dict:
 
 
 def ask_uncached(crio: Path, pinns: Path, version: str, root: Path) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="crio-oracle-"))
-    scratch = work / "root"
-    try:
-        shutil.copytree(root, scratch, symlinks=True)
+    with oracle.scratch_copy(root, "crio-oracle-") as scratch:
         _furnish(scratch, crio, pinns)
         out = scratch / OUT_DIR.lstrip("/")
         proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", BOOT, "boot",
@@ -278,10 +264,6 @@ def ask_uncached(crio: Path, pinns: Path, version: str, root: Path) -> dict:
         state = (out / "state").read_text().strip() if (out / "state").is_file() else "timed out"
         log = (out / "daemon.log").read_text(errors="replace") if (out / "daemon.log").is_file() else ""
         config = (out / "config.toml").read_text() if state == "answered" else None
-    finally:
-        # the mounts lived in the daemon's namespace and ended with it; never delete through one
-        if not any(os.path.ismount(scratch / d) for d in ("proc", "run", "tmp", "dev")):
-            shutil.rmtree(work, ignore_errors=True)
     answer = {"version": version, "schema": ORACLE_SCHEMA, "started": state == "answered", **parse(log, config)}
     if not answer["started"]:
         lines = log.strip().splitlines()
@@ -291,30 +273,11 @@ def ask_uncached(crio: Path, pinns: Path, version: str, root: Path) -> dict:
 
 def ask(binaries: tuple[Path, Path], version: str, root: Path, digest: str | None = None) -> dict:
     """CRI-O ``version``'s answer for the node root ``root`` (cached; see the module)."""
-    digest = digest or tree_digest(root)
-    path = answer_path(version, digest)
-    try:
-        answer = json.loads(path.read_text())
-        if answer.get("schema") == ORACLE_SCHEMA:
-            answer["cached"] = True
-            return answer
-    except (OSError, ValueError):
-        pass
-    answer = ask_uncached(*binaries, version, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(answer, indent=1, sort_keys=True))
-    tmp.replace(path)
-    answer["cached"] = False
-    return answer
+    return oracle.cached(answer_path(version, digest or tree_digest(root)), ORACLE_SCHEMA,
+                         lambda: ask_uncached(*binaries, version, root))
 
 
-SERVE = r"""set -e
-cd "$1"
-mkdir -p proc run tmp dev "./$3"
-mount -t proc proc proc
-for d in run tmp dev; do mount -t tmpfs -o mode=0755 tmpfs $d; done
-mknod -m 666 dev/null c 1 3
+SERVE = oracle.NAMESPACE_SETUP + r"""mkdir -p "./$3"
 export PATH="$2"
 exec chroot . "$4/crio" --storage-driver vfs --log-level info --disable-hostport-mapping > "./$3/daemon.log" 2>&1
 """
@@ -354,51 +317,40 @@ def serve(binaries: tuple[Path, Path], version: str, root: Path):
     and yield a :class:`Daemon` once ``crio status config`` answers on its socket; the daemon, its
     namespace and the copy are gone afterwards. Raises RuntimeError (with its log) when it does
     not answer within BOOT_TIMEOUT."""
-    work = Path(tempfile.mkdtemp(prefix="crio-daemon-"))
-    scratch = work / "root"
-    proc = None
-    try:
-        shutil.copytree(root, scratch, symlinks=True)
+    with oracle.scratch_copy(root, "crio-daemon-") as scratch:
         _furnish(scratch, *binaries)
         proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", SERVE, "serve",
                                  str(scratch), PATH, OUT_DIR.lstrip("/"), BIN_DIR], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        daemon = Daemon(proc.pid, scratch, version)
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"CRI-O {version} exited ({proc.returncode}) as it started:\n{daemon.log()[-3000:]}")
-            rc, _, _ = daemon.run([f"{BIN_DIR}/crio", "status", "config"], timeout=5)
-            if rc == 0:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"CRI-O {version} did not answer within {BOOT_TIMEOUT:.0f}s:\n{daemon.log()[-3000:]}")
-            time.sleep(0.1)
-        yield daemon
-    finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        # the mounts lived in the daemon's namespace and ended with it; never delete through one
-        if not any(os.path.ismount(scratch / d) for d in ("proc", "run", "tmp", "dev")):
-            shutil.rmtree(work, ignore_errors=True)
+        try:
+            daemon = Daemon(proc.pid, scratch, version)
+            deadline = time.monotonic() + BOOT_TIMEOUT
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"CRI-O {version} exited ({proc.returncode}) as it started:\n{daemon.log()[-3000:]}")
+                rc, _, _ = daemon.run([f"{BIN_DIR}/crio", "status", "config"], timeout=5)
+                if rc == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"CRI-O {version} did not answer within {BOOT_TIMEOUT:.0f}s:\n"
+                                       f"{daemon.log()[-3000:]}")
+                time.sleep(0.1)
+            yield daemon
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def can_run() -> str | None:
     """Why the daemon cannot be run here (None: it can): root, unshare, chroot, ldd, and what a
     CRI-O node has (Debian's conmon, runc, crun, util-linux) are needed."""
-    if os.geteuid() != 0:
-        return "not root: running CRI-O in a private mount namespace and chroot needs root"
-    for tool in ("unshare", "chroot", "mknod", "ldd"):
-        if not shutil.which(tool):
-            return f"`{tool}` is not on PATH"
+    reason = oracle.cannot_unshare(("unshare", "chroot", "mknod", "ldd"))
+    if reason:
+        return reason
     missing = [PACKAGES[b] for b in NODE_BINARIES if not shutil.which(b)]
     if missing:
         return f"{', '.join(missing)} not installed (apt-get install {' '.join(missing)}: {INSTALLABLE}"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True,
-                           text=True, check=False)
-    if probe.returncode != 0:
-        return f"unshare --mount is refused here ({probe.stderr.strip() or probe.returncode})"
     return None
 
 

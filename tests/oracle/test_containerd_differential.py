@@ -26,17 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_containerd import VERSION_FILE
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
-    EXPOSED,
-    ISOLATED,
     NOT_READY,
-    READY,
     UNKNOWN,
     UNVERIFIABLE,
     verify_node_root,
 )
 
 from sandbox import containerd as oracle
-from tests.containerd_configs import OPERATOR_TOOLKIT, PACKAGES_TOOLKIT, digest, generate, write_root
+from tests.containerd_configs import digest, generate, write_root
+from tests.oracle import verdicts
 
 SEED = 20261201
 COUNT = 320
@@ -53,15 +51,7 @@ def expected(answer: dict, files: dict) -> tuple[str, str]:
         return UNVERIFIABLE, UNKNOWN  # disabled: the kubelet's runtime is another one
     if not answer["booted"] or answer["cri"] != "loaded":
         return UNVERIFIABLE, NOT_READY
-    exposed = False
-    for binary in answer["runtimes"].values():
-        base = binary.rsplit("/", 1)[-1]
-        if base.startswith("nvidia-container-runtime") and not base.startswith("nvidia-container-runtime-hook"):
-            toolkit = OPERATOR_TOOLKIT if binary.rsplit("/", 1)[0].endswith("/toolkit") else PACKAGES_TOOLKIT
-            exposed = exposed or toolkit not in files
-    nvidia = answer["runtimes"].get("nvidia")
-    ready = READY if nvidia and nvidia.rsplit("/", 1)[-1].startswith("nvidia-container-runtime") else NOT_READY
-    return (EXPOSED if exposed else ISOLATED), ready
+    return verdicts.of_handlers(answer["runtimes"], files)
 
 
 @pytest.fixture(scope="module")

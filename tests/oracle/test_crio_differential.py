@@ -22,16 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
-    EXPOSED,
-    ISOLATED,
     NOT_READY,
-    READY,
     UNVERIFIABLE,
     verify_node_root,
 )
 
 from sandbox import crio as oracle
-from tests.crio_configs import OPERATOR_TOOLKIT, PACKAGES_TOOLKIT, digest, generate, write_root
+from tests.crio_configs import digest, generate, write_root
+from tests.oracle import verdicts
 
 SEED = 20261206
 COUNT = 160
@@ -42,15 +40,7 @@ def expected(answer: dict, files: dict) -> tuple[str, str]:
     """CRI-O's answer as a verdict and readiness (see the module docstring)."""
     if not answer["started"]:
         return UNVERIFIABLE, NOT_READY
-    exposed = False
-    for binary in answer["runtimes"].values():
-        base = binary.rsplit("/", 1)[-1]
-        if base.startswith("nvidia-container-runtime") and not base.startswith("nvidia-container-runtime-hook"):
-            toolkit = OPERATOR_TOOLKIT if binary.rsplit("/", 1)[0].endswith("/toolkit") else PACKAGES_TOOLKIT
-            exposed = exposed or toolkit not in files
-    nvidia = answer["runtimes"].get("nvidia")
-    ready = READY if nvidia and nvidia.rsplit("/", 1)[-1].startswith("nvidia-container-runtime") else NOT_READY
-    return (EXPOSED if exposed else ISOLATED), ready
+    return verdicts.of_handlers(answer["runtimes"], files)
 
 
 @pytest.fixture(scope="module")
