@@ -216,6 +216,7 @@ pyroot: setup
 
 demo: sandbox
 	$(BIN)/ansible-playbook adopt-cluster.yml
+	@echo "demo: the sandbox keeps running for more playbooks (README: Other targets); make sandbox-down stops it"
 
 bench: setup
 	$(BIN)/python -m bench
