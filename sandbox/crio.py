@@ -10,9 +10,10 @@ ostree, btrfs and devicemapper storage): the configuration loader, its validatio
 daemon's start are the released code. A build takes about 8 minutes on two cores, ``nice``d.
 
 Asking (:func:`ask`): the node root is copied to a scratch folder and what a node has besides its
-configuration is added where the root has nothing at that path: Debian's ``conmon``, ``runc``,
-``crun`` and ``nsenter`` with the libraries they load, ``/var/run`` as a link to ``/run``, and
-CRI-O with its ``pinns`` in ``/.bcd-oracle/bin`` (last on $PATH). CRI-O validates its runtimes
+configuration is added where the root has nothing at that path (a stand-in the root holds for
+one of them is replaced by the real binary): Debian's ``conmon``, ``runc``, ``crun`` and
+``nsenter`` with the libraries they load, ``/var/run`` as a link to ``/run``, and CRI-O with its
+``pinns`` in ``/.bcd-oracle/bin`` (last on $PATH). CRI-O validates its runtimes
 only when the daemon starts (``crio config`` alone accepts what the daemon refuses), so the
 daemon runs, in a private mount namespace (``unshare --mount --propagation private``) with its own
 ``proc`` and tmpfs ``/run``, ``/tmp`` and ``/dev``, chrooted into the copy, with vfs storage and
@@ -25,6 +26,9 @@ The answer: whether the daemon started, or why not (its fatal line); the files i
 ``runtime_path``, as it resolved them) and ``default_runtime``; and each handler it dropped,
 with its reason ("is being ignored due to"). Cached by (version, hash of the root's files) in
 ``~/.cache/bcd-ansible/bin/crio-oracle/<version>/``.
+
+Serving (:func:`serve`): the same daemon left running on a copy, for bcd_runtime_info's probe to
+ask as on a node (:class:`Daemon` runs commands in its namespace and root).
 """
 
 from __future__ import annotations
