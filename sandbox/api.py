@@ -169,20 +169,25 @@ class Sandbox:
             return {k: before[k] for k in resources if k in before}
 
     def release_node(self, name: str, timeout: float = 60) -> None:
-        """Undo :meth:`set_node_not_ready`: KWOK makes the node Ready again; wait until it is."""
+        """Undo :meth:`set_node_not_ready`: KWOK makes the node Ready again; wait until it is, and
+        until the node lifecycle controller has taken its ``not-ready``/``unreachable`` taints off
+        again (it does so on its next pass, seconds after the node is Ready, as on a real cluster),
+        so the node is back as it was."""
         from kubernetes import client
 
+        gone = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
         with self.api_client() as api:
             core = client.CoreV1Api(api)
             core.patch_node(name, {"metadata": {"annotations": {"sandbox.bcd.dev/hold-status": None}}})
             cluster.mark_pods_down(core, name, False)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
-                node = core.read_node_status(name)
-                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                node = core.read_node(name)
+                ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+                if ready and not any(t.key in gone for t in node.spec.taints or []):
                     return
                 time.sleep(0.5)
-        raise TimeoutError(f"sandbox: node {name} did not turn Ready within {timeout:g} s")
+        raise TimeoutError(f"sandbox: node {name} was not Ready without the not-ready taint within {timeout:g} s")
 
     def create_namespace(self, name: str, labels: dict[str, str] | None = None, timeout: float = 60) -> None:
         """Create namespace ``name`` and wait until its ``default`` ServiceAccount exists (pods
