@@ -110,6 +110,16 @@ def run_playbook(playbook: str, *args: str, env: dict | None = None, timeout: in
     )
 
 
+def left_in_tmpdir(tmpdir: Path) -> list[str]:
+    """What a run left in its own TMPDIR that it must not: all but kubernetes.core's API discovery
+    cache (``k8srcp-<hash>.json``, kept by design). Raises AssertionError when any file there holds
+    a private key (the kubeconfig's client key, written for TLS)."""
+    keys = [str(p) for p in tmpdir.rglob("*") if p.is_file() and "PRIVATE KEY" in p.read_text(errors="replace")]
+    assert keys == [], f"copies of a private key left in TMPDIR: {keys}"
+    left = sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*"))
+    return [f for f in left if not re.fullmatch(r"k8srcp-[0-9a-f]+\.json", f)]
+
+
 def recap(stdout: str) -> dict[str, dict[str, int]]:
     """The PLAY RECAP counters per host, e.g. {'sandbox': {'ok': 12, 'changed': 0, ...}}."""
     hosts = {}

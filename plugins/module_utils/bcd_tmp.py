@@ -11,10 +11,17 @@ key in $TMPDIR.
 interpreter exit and as a multiprocessing child (an Ansible worker) ends. A process forked from
 one that has a directory makes its own inside the parent's, so the parent's removal also takes
 what a killed worker left (the stdout callback makes the run's directory before the first fork).
+
+A module run as a process of its own (not in ansible-playbook or its workers: :data:`RUN_PROCESS`)
+also registers the directory's removal as AnsibleModule does its own temporary directory
+(``atexit.register(shutil.rmtree, ...)``): a host that keeps the process between tasks or ends it
+with ``os._exit`` (mitogen's strategy) runs those as the task ends. A directory removed while the process goes on is made again on next use; the kubernetes
+client writes its files again when the ones it remembers are gone.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -22,6 +29,10 @@ from multiprocessing import util as multiprocessing_util
 
 # (pid, path) of this process's directory; a forked child inherits its parent's, and tells by pid
 _DIR: tuple[int, str] | None = None
+# True in ansible-playbook and the workers it forks (set before the first fork): their
+# directories go by multiprocessing's finalizers only. An atexit entry there would be inherited
+# by a child forked outside multiprocessing, whose exit would take the parent's directory.
+RUN_PROCESS = False
 
 
 def private_dir() -> str:
@@ -29,11 +40,20 @@ def private_dir() -> str:
     made on first use. Raises OSError when it cannot be made."""
     global _DIR
     pid = os.getpid()
-    if _DIR is not None and _DIR[0] == pid:
+    if _DIR is not None and _DIR[0] == pid and os.path.isdir(_DIR[1]):
         return _DIR[1]
-    parent = _DIR[1] if _DIR is not None and os.path.isdir(_DIR[1]) else None
-    _DIR = (pid, tempfile.mkdtemp(prefix="bcd-tmp-", dir=parent))
+    if _DIR is None:
+        parent = None
+    elif _DIR[0] == pid:  # removed at a task's end while the process goes on: made again beside
+        parent = os.path.dirname(_DIR[1])
+    else:  # a forked child: inside the parent's, so the parent's removal takes it
+        parent = _DIR[1]
+    _DIR = (pid, tempfile.mkdtemp(prefix="bcd-tmp-", dir=parent if parent and os.path.isdir(parent) else None))
     multiprocessing_util.Finalize(None, remove, exitpriority=0)
+    if not RUN_PROCESS:
+        # a module's process: a host that keeps it between tasks or ends it with os._exit
+        # (mitogen) runs this form of atexit entry as the task ends
+        atexit.register(shutil.rmtree, _DIR[1], True)
     return _DIR[1]
 
 

@@ -74,6 +74,7 @@ def preload() -> None:
     reason = bcd_compat.inprocess_unavailable()
     if reason:
         bcd_compat.note(reason, display)
+    bcd_tmp.RUN_PROCESS = True
     try:
         # the run's own temporary directory: a worker's is made inside it, so what a killed
         # worker wrote goes with the run

@@ -9,14 +9,13 @@ release. A context or kubeconfig that does not exist is refused naming it, befor
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import yaml
 
-from tests.helpers import ROOT, run_playbook
+from tests.helpers import ROOT, left_in_tmpdir, run_playbook
 from tests.reliability.harness import Proxy
 
 pytestmark = [pytest.mark.sandbox]
@@ -128,9 +127,7 @@ def run_all(clusters, inv: str, env: dict, extra: list[str], playbooks=PLAYBOOKS
         assert run.returncode == 0, f"{playbook}: {out[-3000:]}"
         # the kubeconfig's client key and certificates, written for TLS, go with the run; what
         # stays is kubernetes.core's API discovery cache (k8srcp-<hash>.json), kept by design
-        left = sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*"))
-        assert [f for f in left if not re.fullmatch(r"k8srcp-[0-9a-f]+\.json", f)] == [], (playbook, left)
-        assert not any("PRIVATE KEY" in p.read_text(errors="replace") for p in tmpdir.rglob("*") if p.is_file())
+        assert left_in_tmpdir(tmpdir) == [], playbook
         assert after["wrong"] == before["wrong"], f"{playbook} reached the sandbox not chosen: {out[-2000:]}"
         assert after["right"] > before["right"], f"{playbook} did not go through the chosen context's proxy"
         port = clusters.proxies["right"].port

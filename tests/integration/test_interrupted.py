@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import ROOT, VENV_BIN, ansible_env, run_playbook
+from tests.helpers import ROOT, VENV_BIN, ansible_env, left_in_tmpdir, run_playbook
 
 # each adopts the cluster from scratch twice: a minute or more on the shared sandbox
 pytestmark = [pytest.mark.sandbox, pytest.mark.long, pytest.mark.usefixtures("fresh")]
@@ -92,9 +92,7 @@ def test_an_interrupted_node_wait_cleans_up_what_it_holds(sandbox, cp, cpvars, t
     assert rc != 0, out[-4000:]
     assert "Traceback" not in out, out[-4000:]
     # the workers the signal ended left their copies of the kubeconfig's key: the run took them
-    # (kubernetes.core's API discovery cache, k8srcp-<hash>.json, stays by design)
-    left = sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*"))
-    assert [f for f in left if not re.fullmatch(r"k8srcp-[0-9a-f]+\.json", f)] == [], left
+    assert left_in_tmpdir(tmpdir) == []
     token, _uses, _expires = minted(out)
     # what the lines say is done is done, on the control plane and the cluster
     [revoked] = [t for t in cp.list_tokens(cpvars["bcd_tenant"], cpvars["bcd_pool"]) if t["id"] == token]

@@ -26,6 +26,7 @@ def tmp(tmp_path, monkeypatch):
     where.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(where))
     monkeypatch.setattr(bcd_tmp, "_DIR", None)
+    monkeypatch.setattr(bcd_tmp, "RUN_PROCESS", False)  # a module's process, unless a test says
     return where
 
 
@@ -103,3 +104,52 @@ def test_the_directory_is_the_process_own(tmp):
     bcd_tmp.remove()
     assert not os.path.exists(where)
     bcd_tmp.remove()  # idempotent
+
+
+def _module_task_under_mitogen(kubeconfig: str, out) -> None:
+    """Two module runs in one process kept between tasks, each under mitogen's own atexit
+    interception, the process then ended by ``os._exit``: what mitogen's strategy does."""
+    from ansible_mitogen.runner import AtExitWrapper
+
+    try:
+        seen = []
+        for _ in range(2):
+            wrapper = AtExitWrapper()
+            try:
+                client = bcd_kube.api_client(kubeconfig, "c")
+                with open(client.configuration.key_file, encoding="utf-8") as f:
+                    seen.append("PRIVATE KEY" in f.read())
+            finally:
+                wrapper.revert()
+            wrapper.run_callbacks()  # the task's end
+            seen.append(os.path.exists(client.configuration.key_file))
+        out.put((repr(seen), seen == [True, False, True, False]))
+    except Exception as exc:  # noqa: BLE001 - the test says it, not a queue timeout
+        out.put((repr(exc), False))
+    out.close()
+    out.join_thread()
+    os._exit(0)
+
+
+def test_a_module_process_kept_between_tasks_removes_its_files_at_each_task_end(tmp, kubeconfig):
+    pytest.importorskip("ansible_mitogen.runner")
+    out = FORK.Queue()
+    worker = FORK.Process(target=_module_task_under_mitogen, args=(kubeconfig, out))
+    worker.start()
+    seen, ok = out.get(timeout=60)
+    worker.join(timeout=60)
+    assert ok, f"key readable during the task, gone after it, twice: {seen}"
+    assert os.listdir(tmp) == []
+
+
+def test_ansible_playbook_and_its_workers_register_no_atexit_removal(tmp, monkeypatch):
+    registered = []
+    monkeypatch.setattr(bcd_tmp.atexit, "register", lambda *a, **k: registered.append(a))
+    monkeypatch.setattr(bcd_tmp, "RUN_PROCESS", True)
+    bcd_tmp.private_dir()
+    assert registered == [], "inherited by a child forked outside multiprocessing, it would take this directory"
+    bcd_tmp.remove()
+    monkeypatch.setattr(bcd_tmp, "RUN_PROCESS", False)
+    where = bcd_tmp.private_dir()
+    assert registered == [(bcd_tmp.shutil.rmtree, where, True)]
+    bcd_tmp.remove()
