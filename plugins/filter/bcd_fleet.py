@@ -15,8 +15,9 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import R
 _CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
 # Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
 # --limit or after an earlier play failed it, has none of them).
+# gpu_stack_settings: gpu-stack.yml's first step, which runs under --check too, where the gate does not
 _RAN_FACTS = ("fleet_failure", "bcd_daemonset_fleet_report", "bcd_daemonset_render", "gpu_stack_verify_cluster",
-              "gpu_stack_verify_folder", "audit_result", "audit_error", *_CLUSTER_FACTS)
+              "gpu_stack_verify_folder", "gpu_stack_settings", "audit_result", "audit_error", *_CLUSTER_FACTS)
 
 
 def _get(obj, *keys, default=None):

@@ -107,6 +107,13 @@ def test_check_mode_says_nothing_changed_and_to_run_without_check():
         "adopt-cluster --check: cluster c: nothing changed; next: ansible-playbook adopt-cluster.yml without --check")
 
 
+def test_gpu_stack_under_check_counts_the_cluster_it_checked():
+    """Under --check the gate does not run: the cluster still ran (its settings were read)."""
+    hv = {"c": {"gpu_stack_settings": {"changed": False, "kube": {"kubeconfig": "k", "context": "x"}}}, "idle": {}}
+    assert verdict(hv, "gpu-stack", check_mode=True) == (
+        "gpu-stack --check: cluster c: nothing changed; next: ansible-playbook gpu-stack.yml without --check")
+
+
 def test_check_mode_of_a_rollout_counts_its_plan():
     plan = {"result": "planned", "headline": "rollout a -> b: ...", "to_roll": ["n1", "n2"], "staying": ["n3"],
             "stages": [{"name": "canary"}, {"name": "batch 1"}], "failed_nodes": [], "nodes": []}
