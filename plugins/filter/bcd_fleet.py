@@ -8,6 +8,7 @@ holding all of them (roles/fleet).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import REPORT_SCHEMA_VERSION
@@ -424,9 +425,25 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
     return f"cluster {name} {rec['detail'] or 'rendered'}", None
 
 
-def bcd_fleet_verdict(records: list[dict], playbook: str, check_mode: bool = False) -> str:
+def _as_invoked(line: str, playbook_dir) -> str:
+    """``line`` with each ``ansible-playbook <name>.yml`` as the user can type it: by FQCN
+    (``ansible-playbook bcd.kubernetes.<name>``) when the run's playbooks are the installed
+    collection's, where no ``<name>.yml`` is at hand."""
+    parts = os.path.normpath(str(playbook_dir or "")).split(os.sep)
+    if parts[-4:] != ["ansible_collections", "bcd", "kubernetes", "playbooks"]:
+        return line
+    return re.sub(r"ansible-playbook ([a-z][a-z-]*)\.yml\b",
+                  lambda m: f"ansible-playbook bcd.kubernetes.{m.group(1).replace('-', '_')}", line)
+
+
+def bcd_fleet_verdict(records: list[dict], playbook: str, check_mode: bool = False, playbook_dir=None) -> str:
     """The run's last line: what happened, to how many clusters and nodes, and, when anything is
-    left or failed, the next command. Derived from the records only (bcd_fleet_records)."""
+    left or failed, the next command (by FQCN when ``playbook_dir`` is the installed
+    collection's). Derived from the records only (bcd_fleet_records)."""
+    return _as_invoked(_verdict(records, playbook, check_mode), playbook_dir)
+
+
+def _verdict(records: list[dict], playbook: str, check_mode: bool) -> str:
     if not records:
         return f"{playbook}: no cluster ran (check the inventory's group clusters and --limit)"
     mode = " --check" if check_mode else ""

@@ -225,3 +225,15 @@ def test_nodes_joined_by_add_nodes_unknown_when_the_token_could_not_be_read():
     assert line.startswith("add-nodes: cluster c: an unknown number of node(s) joined by this run"), line
     assert "None" not in line
     assert "how many joined by this run is unknown" in verdict({"c": facts}, "adopt-cluster")
+
+
+def test_run_from_the_installed_collection_the_next_command_names_the_playbook_by_fqcn():
+    hv = {"c": adopted("c", reporting=2), "d": {"fleet_failure": {"task": "t", "msg": "boom"}, "adopt_cluster": "d"}}
+    records = bcd_fleet_records(hv, list(hv), "adopt-cluster")
+    installed = "/home/op/.ansible/collections/ansible_collections/bcd/kubernetes/playbooks"
+    line = bcd_fleet_verdict(records, "adopt-cluster", False, installed)
+    assert "ansible-playbook bcd.kubernetes.adopt_cluster -l d again" in line, line
+    assert "ansible-playbook bcd.kubernetes.add_nodes -l c" in line, line
+    assert ".yml" not in line, line
+    # from a checkout, the playbook's file
+    assert bcd_fleet_verdict(records, "adopt-cluster", False, "/src/bcd-ansible") == bcd_fleet_verdict(records, "adopt-cluster")
