@@ -379,7 +379,7 @@ class Rollout:
                 refuse += (f". Nothing was changed. {'; '.join(fix).capitalize()}, or run again with "
                            "bcd_rollout_force=true to roll anyway (the gate still applies to every rolled node; down nodes "
                            "are left behind).")
-        if down:
+        if down and refuse is None:  # a refused run leaves nothing behind: it does not start
             self.notes.append(f"{len(down)} of {len(nodes)} selected node(s) down, left behind (bcd_rollout_max_down "
                               f"{self.inv.bcd_rollout_max_down} allows {down_budget(self.inv.bcd_rollout_max_down, len(nodes))}): "
                               + "; ".join(f"{n}: {why}" for n, why in down.items()))
@@ -466,10 +466,15 @@ class Rollout:
             cp_node = cpn.get(name) or {}
             why = next((u["why"] for u in unhealthy if u["node"] == name), None)
             if name in down:
-                # nothing rolls without changes: the Node is only not judged
-                outcome = left_behind(down[name]) if self.p.get("changes", True) else f"down, not judged: {down[name]}"
+                # nothing rolls without changes, or when refused: the Node is only not judged
+                outcome = (f"down, not judged: {down[name]}" if refuse or not self.p.get("changes", True)
+                           else left_behind(down[name]))
+            elif why:
+                outcome = f"unhealthy: {why}"
+            elif name in rolling:
+                outcome = "not rolled: the rollout is refused" if refuse else "will roll"
             else:
-                outcome = f"unhealthy: {why}" if why else ("will roll" if name in rolling else "up to date")
+                outcome = "up to date"
             rows.append({"name": name, "stage": named.get(name), "from": short(container_image(pod)) if pod else None,
                          "to": short(container_image(pod)) if pod else None,
                          "pod": pod_column(pod, nodes.get(name)), "state": cp_node.get("state"), "outcome": outcome})

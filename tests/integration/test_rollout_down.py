@@ -99,6 +99,11 @@ def test_more_nodes_down_than_bcd_rollout_max_down_refuse_before_any_change(sand
     assert "Nothing was changed" in out and "raise bcd_rollout_max_down" in out
     assert summary["result"] == "refused" and summary["changed"] is False, summary.get("headline")
     assert sorted(d["node"] for d in summary["down"]) == held, summary["down"]
+    # the report's rows say what the refusal did: nothing rolls, no node is left for a later run
+    outcomes = {r["name"]: r["outcome"] for r in summary["nodes"]}
+    assert all(outcomes[n].startswith("down, not judged: the Node is NotReady") for n in held), outcomes
+    assert outcomes[nodes[2]] == "not rolled: the rollout is refused", outcomes
+    assert "will roll" not in out and "left behind:" not in out, out[-4000:]
     after = daemonset(sandbox)
     assert after["metadata"]["generation"] == before["metadata"]["generation"], "the DaemonSet is unchanged"
     assert image(after["spec"]["template"]) == image(before["spec"]["template"])
