@@ -56,7 +56,9 @@ description:
     exit code (C(Error)), none restarted during the audit. A failure names the pod, its state and
     the container's last exit (C(lastState.terminated) - exit code, reason, termination message).
     A Ready pod of an older template under updateStrategy C(OnDelete) passes with a warning (it is
-    replaced only when deleted; C(drift-daemonset) reports the strategy). A Node with no pod names
+    replaced only when deleted; C(drift-daemonset) reports the strategy). A down Node (NotReady,
+    tainted unreachable, or cordoned) whose pod fails is named so, as rollout.yml leaves it behind,
+    with what brings it up to date (the Node back, then the next run). A Node with no pod names
     the DaemonSet's latest C(FailedCreate) refusal (a quota, Pod Security, an admission policy) when
     there is one, with its time."
   - "C(pod-security) - namespaces other than bcd's and C(bcd_privileged_namespaces) whose pods may
@@ -158,7 +160,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_module import (
     label_selector,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_render import FIELD_MANAGER
-from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import pod_side
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import node_down, pod_side
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import (
     POD_SECURITY_PREFIX,
     SurfaceError,
@@ -335,9 +337,11 @@ def result(cluster: str, check: str, node: str, ok: bool, message: str, warning:
     return {"cluster": cluster, "check": check, "node": node, "ok": ok, "message": message, "warning": warning, **extra}
 
 
-def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list[dict]:
+def pod_checks(core, inv, cluster: str, selected: list[str], since: str, nodes: dict | None = None) -> list[dict]:
     """Check ``pod`` for each selected Node: its bcd pod healthy (module_utils/bcd_health.py),
-    whatever the control plane says."""
+    whatever the control plane says. ``nodes``: the selected Nodes by name, as the API returns
+    them; a down one (NotReady, unreachable, cordoned: module_utils/bcd_rollout.py ``node_down``)
+    is named so, as a rollout leaves it behind, with what brings its pod up to date."""
     ds, revision, by_node = pod_side(core, inv.bcd_namespace, inv.bcd_name)
     where = f"DaemonSet {inv.bcd_namespace}/{inv.bcd_name}"
     on_delete = ((ds or {}).get("spec") or {}).get("updateStrategy", {}).get("type") == "OnDelete"
@@ -359,6 +363,14 @@ def pod_checks(core, inv, cluster: str, selected: list[str], since: str) -> list
             # drift-daemonset check reports the strategy): a note, not a failure of the pod
             out.append(result(cluster, "pod", name, True, f"{name}: {healthy_text(pod)}; {why} (updateStrategy OnDelete: "
                               "replaced only when deleted; rollout.yml rolls it)", warning=True))
+            continue
+        down = node_down((nodes or {}).get(name)) if nodes is not None else None
+        if down:
+            # the Node is why: a rollout left it behind, and its pod follows once it is back
+            out.append(result(cluster, "pod", name, False,
+                              f"{name}: {down}: {why}; a rollout leaves a down Node behind; fix: bring the Node back "
+                              "(start its kubelet, or uncordon it), then the DaemonSet controller replaces its pod and "
+                              "the next rollout.yml or audit.yml checks it"))
             continue
         if pod is None and refusal is not None:
             fix = (f"the API server refuses {where}'s pods (its latest FailedCreate event, {refusal['count']}x, last at "
@@ -407,8 +419,9 @@ def run(module, inv, cp, core) -> list[dict]:
                       f"no join-token Secret {inv.bcd_namespace}/{secret.name}"))
 
     # Every selected node reporting, with bcd's conditions, and its bcd pod healthy; GPU isolation per node.
-    selected = sorted(n["metadata"]["name"] for n in core.list(path("nodes"), {"labelSelector": label_selector(inv) or None}))
-    out.extend(pod_checks(core, inv, cluster, selected, since))
+    listed = {n["metadata"]["name"]: n for n in core.list(path("nodes"), {"labelSelector": label_selector(inv) or None})}
+    selected = sorted(listed)
+    out.extend(pod_checks(core, inv, cluster, selected, since, listed))
     cp_nodes = {n.get("hostname"): n for n in cp.list_nodes(inv.bcd_tenant, inv.bcd_pool) if n.get("state") != "removed"}
     verdicts = {n["name"]: n for n in (p["isolation"].get("nodes") or [])}
     for name in selected:

@@ -68,6 +68,16 @@ def test_a_notready_node_is_left_behind_and_on_the_new_digest_after_the_next_run
         # as on a real cluster, nothing runs the new pod on the down Node: its old pod stays (not
         # Ready, or Terminating once the DaemonSet controller deleted it)
         assert down not in running or (image(running[down]) != new and not ready(running[down])), running.get(down)
+
+        # meanwhile audit.yml names the Node as down and behind, and what brings it up to date
+        report = tmp_path / "audit.json"
+        audited = run_playbook("audit.yml", "-e", f"bcd_image={new}", "-e", f"bcd_report_out={report}")
+        assert audited.returncode != 0, audited.stdout[-3000:]
+        checks = [r for c in json.loads(report.read_text())["clusters"].values() for r in c["results"]]
+        said = next(r["message"] for r in checks if r["check"] == "pod" and r["node"] == down)
+        assert said.startswith(f"{down}: the Node is NotReady (KubeletNotReady"), said
+        assert "a rollout leaves a down Node behind; fix: bring the Node back" in said, said
+        assert [r["node"] for r in checks if r["check"] == "pod" and not r["ok"]] == [down], checks
     finally:
         sandbox.release_node(down)
 
