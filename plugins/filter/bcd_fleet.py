@@ -262,12 +262,18 @@ def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> li
 _DONE = {"adopt-cluster": "adopted", "add-nodes": "joined", "rollout": "rolled", "doctor": "checked",
          "gpu-stack": "configured", "audit": "audited", "release-cluster": "released", "render": "rendered"}
 # a failure's reason in the next step is cut here (the whole reason is printed above it)
-_REASON_MAX = 120
+_REASON_MAX = 160
+
+
+# an image by digest, whole: registry and path, name[:tag], sha256 and 64 hex
+_IMAGE_RE = re.compile(r"(?:[\w.-]+(?::\d+)?/)*([\w.-]+(?::[\w.-]+)?)@sha256:([0-9a-f]{12})[0-9a-f]{52}\b")
 
 
 def _reason(text) -> str:
-    """A failure's reason, short enough for the verdict line: folded, cut at a word."""
+    """A failure's reason, short enough for the verdict line: folded, images named short (as
+    :func:`_short_image`; the whole reference is in the failure above), cut at a word."""
     folded = " ".join(str(text or "").split()).removeprefix("Task failed: ") or "the error above"
+    folded = _IMAGE_RE.sub(r"\1@sha256:\2", folded)
     for tail in ("; the reason is above", " (the error is above)", " (the reason is above)"):
         folded = folded.removesuffix(tail)
     if len(folded) <= _REASON_MAX:
@@ -342,7 +348,9 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         what = {"adopt-cluster": "NOT adopted", "add-nodes": "nodes NOT joined", "rollout": "rollout FAILED",
                 "release-cluster": "NOT released", "render": "NOT rendered"}.get(playbook, "FAILED")
         if playbook == "rollout" and report.get("result") == "rolled_back":
-            what = "rollout FAILED and was rolled back"
+            back = _short_image((report.get("from") or {}).get("image"))
+            to = _short_image((report.get("to") or {}).get("image"))
+            what = f"rollout to {to} FAILED and was rolled back: every node on {back}"
         elif playbook == "rollout" and report.get("result") == "rollback_failed":
             what = "rollout FAILED and its rollback did not complete"
         elif playbook == "rollout" and report.get("result") in ("refused", "locked"):
@@ -364,6 +372,10 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
             # pods left on two revisions: the next rollout's own check refuses an incomplete one
             return line, (f"fix {_failure_reason(rec)}, then {_again(playbook)} with -e bcd_rollout_force=true (a "
                           "rollout left incomplete is refused without it)")
+        if playbook == "rollout" and report.get("result") == "rolled_back" and report.get("failed_nodes"):
+            # the new image failed where it ran first: a fault of the image, or of those nodes
+            return line, (f"find out why the new image failed ({_failure_reason(rec)}: the image, or those nodes), "
+                          f"then {_again(playbook)}")
         return line, f"fix {_failure_reason(rec)}, then {_again(playbook)}"
     if check_mode and playbook not in ("audit", "doctor"):
         plan = ""

@@ -51,19 +51,32 @@ def test_a_long_reason_is_cut_at_a_word():
     hv = {"c": {"adopt_cluster": "c", "fleet_failure": {"task": "t", "msg": "word " * 100}}}
     line = verdict(hv, "adopt-cluster")
     reason = line.split("next: fix ", 1)[1].split(", then ", 1)[0]
-    assert reason.endswith("word ...") and len(reason) <= 125, reason
+    assert reason.endswith("word ...") and len(reason) <= 165, reason
 
 
 def test_a_failed_rollout_names_the_node_and_why_and_runs_rollout_again():
     back = {"result": "rolled_back", "headline": "rollout a -> b FAILED and was rolled back: ...",
+            "from": {"image": DIGEST.replace("0.7.0", "0.6.0").replace("0123456789ab", "fedcba987654")},
             "to": {"image": DIGEST, "digest": DIGEST.rsplit("@", 1)[1]},
             "failed_nodes": [{"node": "gpu-node-1", "why": "pod bcd-x is CrashLoopBackOff"}],
             "nodes": [{"name": "gpu-node-1", "outcome": "FAILED"}]}
     hv = {"sandbox": {"rollout_cluster": "sandbox", "bcd_daemonset_fleet_report": back,
                       "fleet_failure": {"task": "Fail the run", "msg": "rollout on sandbox did not complete; the reason is above"}}}
     assert verdict(hv, "rollout") == (
-        "rollout: cluster sandbox rollout FAILED and was rolled back; next: fix gpu-node-1: pod bcd-x is CrashLoopBackOff, "
-        "then ansible-playbook rollout.yml again")
+        "rollout: cluster sandbox rollout to bcd:0.7.0@sha256:0123456789ab FAILED and was rolled back: every node on "
+        "bcd:0.6.0@sha256:fedcba987654; next: find out why the new image failed (gpu-node-1: pod bcd-x is "
+        "CrashLoopBackOff: the image, or those nodes), then ansible-playbook rollout.yml again")
+
+
+def test_a_reason_names_images_short_so_the_cut_keeps_what_it_says():
+    running, wanted = DIGEST.replace("0.7.0", "0.8.0"), DIGEST
+    msg = (f"DaemonSet bcd-system/bcd runs {running}, but bcd_image in the inventory is {wanted}. adopt-cluster.yml "
+           "never changes the image of a running DaemonSet")
+    hv = {"c": {"adopt_cluster": "c", "fleet_failure": {"task": "Read the live DaemonSet", "msg": msg}}}
+    line = verdict(hv, "adopt-cluster")
+    assert ("next: fix DaemonSet bcd-system/bcd runs bcd:0.8.0@sha256:0123456789ab, but bcd_image in the inventory is "
+            "bcd:0.7.0@sha256:0123456789ab") in line, line
+    assert "c" * 52 not in line
 
 
 @pytest.mark.parametrize("result", ["rollback_failed", "failed"])
