@@ -139,7 +139,9 @@ class CallbackModule(DefaultCallback):
         if hosts and self._playbook.replace("_", "-") in _PLAYBOOKS:
             # a root file (adopt-cluster.yml) by its name, playbooks/adopt_cluster.yml by its FQCN
             again = self._playbook if "_" not in self._playbook else f"bcd.kubernetes.{self._playbook[:-4]}"
-            self._display.display(f"{self._playbook}: FAILED on {', '.join(hosts)} before its summary; next: fix the "
+            # named as every verdict names its playbook (audit:, adopt-cluster:)
+            name = self._playbook.removesuffix(".yml").replace("_", "-")
+            self._display.display(f"{name}: FAILED on {', '.join(hosts)} before its summary; next: fix the "
                                   f"error above, then ansible-playbook {again} again", color=C.COLOR_ERROR)
 
     def v2_runner_on_ok(self, result):

@@ -21,7 +21,7 @@ def test_a_failure_before_the_last_play_ends_with_a_line_naming_the_host(tmp_pat
     run = run_playbook("audit.yml", *inventory(tmp_path), *LOCAL, "-e", f"bcd_render_out={tmp_path / 'x.json'}")
     assert run.returncode != 0
     lines = run.stdout.rstrip().splitlines()
-    assert lines[-1] == "audit.yml: FAILED on c1 before its summary; next: fix the error above, then ansible-playbook audit.yml again"
+    assert lines[-1] == "audit: FAILED on c1 before its summary; next: fix the error above, then ansible-playbook audit.yml again"
     assert any(line.startswith("PLAY RECAP") for line in lines[:-1])
 
 
