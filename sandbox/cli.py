@@ -1,4 +1,5 @@
-"""``python -m sandbox up|down|status|build|env|add-nodes N|kind ...|pyroot ...``: the sandbox's command line.
+"""``python -m sandbox up|down|status|build|env|add-nodes N|node-down NAME|node-up NAME|kind ...|pyroot ...``: the
+sandbox's command line.
 
 Exit status 0 on success; 1 when a component fails to start (named, with the end of its log), a
 build fails, ``status`` finds the sandbox not up, or ``down`` leaves something behind.
@@ -83,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("env", help="print shell exports for PATH (kubectl) and KUBECONFIG")
     p_add = sub.add_parser("add-nodes", help="add N more GPU nodes to the running sandbox")
     p_add.add_argument("count", type=int)
+    p_nd = sub.add_parser("node-down", help="hold a GPU node NotReady, as a node whose kubelet stopped (until node-up)")
+    p_nd.add_argument("node", metavar="NAME")
+    p_nu = sub.add_parser("node-up", help="bring a node held by node-down back (Ready, untainted)")
+    p_nu.add_argument("node", metavar="NAME")
     p_kind = sub.add_parser("kind", help="the kind test bed: real kubelets under podman (see sandbox/kind)")
     kind_sub = p_kind.add_subparsers(dest="kind_cmd", required=True)
     p_ku = kind_sub.add_parser("up", help="build what is missing, start the kind cluster (idempotent)")
@@ -179,6 +184,19 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("count must be a positive integer")
             names = cluster.add_nodes(proc.sandbox_dir(), args.count)
             print(f"sandbox: added {', '.join(names)} (Ready)")
+        elif args.cmd in ("node-down", "node-up"):
+            from sandbox.api import Sandbox
+
+            sb = Sandbox(proc.sandbox_dir())
+            if args.node not in sb.node_names():
+                raise cluster.UsageError(f"sandbox: no node {args.node} (its nodes: {', '.join(sb.node_names())})")
+            if args.cmd == "node-down":
+                sb.set_node_not_ready(args.node)
+                print(f"sandbox: {args.node} is NotReady (held, as a node whose kubelet stopped) until "
+                      f"`python -m sandbox node-up {args.node}`")
+            else:
+                sb.release_node(args.node)
+                print(f"sandbox: {args.node} is Ready again")
     except (proc.StartError, build.BuildError, cluster.UsageError) as exc:
         print(str(exc), file=sys.stderr)
         if args.cmd == "up" and isinstance(exc, proc.StartError):

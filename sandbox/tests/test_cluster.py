@@ -259,6 +259,28 @@ def test_a_pod_marked_not_ready_turns_ready_again_unless_its_containers_are_not(
         assert ready("dead") == "False"
 
 
+def test_node_down_and_node_up_from_the_command_line(sandbox):
+    """What the docs tell a user to type to try a rollout with a node down."""
+    node = sandbox.gpu_node_names()[-1]
+
+    def ready() -> str:
+        got = client.CoreV1Api(sandbox.api_client()).read_node(node)
+        return next(c.status for c in got.status.conditions if c.type == "Ready")
+
+    down = run_sandbox(sandbox.dir, "node-down", node)
+    try:
+        assert down.returncode == 0, down.stderr
+        assert f"{node} is NotReady" in down.stdout and ready() != "True"
+        time.sleep(2)  # KWOK's next heartbeat does not bring it back
+        assert ready() != "True"
+    finally:
+        up = run_sandbox(sandbox.dir, "node-up", node)
+    assert up.returncode == 0, up.stderr
+    assert ready() == "True"
+    missing = run_sandbox(sandbox.dir, "node-down", "no-such-node")
+    assert missing.returncode == 1 and "no node no-such-node (its nodes: " in missing.stderr, missing.stderr
+
+
 def test_a_pod_on_a_down_node_is_not_ready_and_stays_terminating_until_the_node_is_back(sandbox, namespace):
     """As on a real cluster whose kubelet cannot run pods: on a Node ``set_node_not_ready`` holds,
     its pod is marked not Ready (as the node lifecycle controller marks a NotReady Node's pods)
