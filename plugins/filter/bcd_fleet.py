@@ -372,6 +372,11 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
             # pods left on two revisions: the next rollout's own check refuses an incomplete one
             return line, (f"fix {_failure_reason(rec)}, then {_again(playbook)} with -e bcd_rollout_force=true (a "
                           "rollout left incomplete is refused without it)")
+        fix = str(report.get("headline") or "").partition(" Nothing was changed. ")[2]
+        if playbook == "rollout" and report.get("result") == "refused" and fix:
+            # the refusal says what to do after what it changed (nothing): that is the next step
+            return f"{line}: {_reason(report['headline'].partition(' Nothing was changed. ')[0])}", \
+                f"{_reason(fix[0].lower() + fix[1:]).rstrip('.')}, then {_again(playbook)}"
         if playbook == "rollout" and report.get("result") == "rolled_back" and report.get("failed_nodes"):
             # the new image failed where it ran first: a fault of the image, or of those nodes
             return line, (f"find out why the new image failed ({_failure_reason(rec)}: the image, or those nodes), "

@@ -250,3 +250,16 @@ def test_run_from_the_installed_collection_the_next_command_names_the_playbook_b
     assert ".yml" not in line, line
     # from a checkout, the playbook's file
     assert bcd_fleet_verdict(records, "adopt-cluster", False, "/src/bcd-ansible") == bcd_fleet_verdict(records, "adopt-cluster")
+
+
+def test_a_refused_rollout_says_why_and_its_fix_as_the_next_step():
+    headline = ("rollout refused: 2 of 3 selected node(s) are down, more than bcd_rollout_max_down 10% allows (1): "
+                "gpu-node-2: the Node is NotReady (KubeletNotReady); gpu-node-3: the Node is NotReady (KubeletNotReady). "
+                "Nothing was changed. Bring the down nodes back (or uncordon them), or raise bcd_rollout_max_down, or run "
+                "again with bcd_rollout_force=true to roll anyway.")
+    hv = {"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": {"result": "refused", "headline": headline},
+                "fleet_failure": {"task": "Fail the run", "msg": "rollout on c did not complete; the reason is above"}}}
+    line = verdict(hv, "rollout")
+    assert line.startswith("rollout: cluster c rollout not started: rollout refused: 2 of 3 selected node(s) are down"), line
+    assert line.endswith("; next: bring the down nodes back (or uncordon them), or raise bcd_rollout_max_down, or run "
+                         "again with bcd_rollout_force=true to roll anyway, then ansible-playbook rollout.yml again"), line
