@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_report import REPORT_SCHEMA_VERSION
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_rollout import short_ref
 
 _CLUSTER_FACTS = ("adopt_cluster", "rollout_cluster", "audit_cluster", "release_cluster_name")
 # Facts whose presence shows that a host's play ran (a host of the pattern that never ran, under
@@ -266,27 +267,24 @@ _REASON_MAX = 160
 
 
 # an image by digest, whole: registry and path, name[:tag], sha256 and 64 hex
-_IMAGE_RE = re.compile(r"(?:[\w.-]+(?::\d+)?/)*([\w.-]+(?::[\w.-]+)?)@sha256:([0-9a-f]{12})[0-9a-f]{52}\b")
+_IMAGE_RE = re.compile(r"(?:[\w.-]+(?::\d+)?/)*[\w.-]+(?::[\w.-]+)?@sha256:[0-9a-f]{64}\b")
 
 
 def _reason(text) -> str:
     """A failure's reason, short enough for the verdict line: folded, images named short (as
-    :func:`_short_image`; the whole reference is in the failure above), cut at a word."""
+    :func:`short_ref`; the whole reference is in the failure above), cut at a word, never inside a
+    parenthesis, and without a full stop of its own (the verdict goes on after it: ", then ...")."""
     folded = " ".join(str(text or "").split()).removeprefix("Task failed: ") or "the error above"
-    folded = _IMAGE_RE.sub(r"\1@sha256:\2", folded)
+    folded = _IMAGE_RE.sub(lambda m: short_ref(m.group(0)), folded)
     for tail in ("; the reason is above", " (the error is above)", " (the reason is above)"):
         folded = folded.removesuffix(tail)
     if len(folded) <= _REASON_MAX:
-        return folded
-    return folded[:_REASON_MAX].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
-
-
-def _short_image(image) -> str:
-    """An image as the verdict names it: its last path component, the digest's first 12 hex."""
-    name = str(image or "?").rsplit("/", 1)[-1]
-    ref, at, dig = name.partition("@")
-    algo, colon, hexes = dig.partition(":")
-    return f"{ref}@{algo}{colon}{hexes[:12]}" if at and hexes else name
+        return folded[:-1] if folded.endswith(".") and not folded.endswith("..") else folded
+    cut = folded[:_REASON_MAX].rsplit(" ", 1)[0]
+    if cut.count("(") > cut.count(")"):
+        # an aside cut in half reads as a different sentence: end before it
+        cut = cut[:cut.rindex("(")]
+    return cut.rstrip(" ,;:.") + " ..."
 
 
 def _nodes(rec) -> dict:
@@ -348,8 +346,8 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         what = {"adopt-cluster": "NOT adopted", "add-nodes": "nodes NOT joined", "rollout": "rollout FAILED",
                 "release-cluster": "NOT released", "render": "NOT rendered"}.get(playbook, "FAILED")
         if playbook == "rollout" and report.get("result") == "rolled_back":
-            back = _short_image((report.get("from") or {}).get("image"))
-            to = _short_image((report.get("to") or {}).get("image"))
+            back = short_ref((report.get("from") or {}).get("image"))
+            to = short_ref((report.get("to") or {}).get("image"))
             what = f"rollout to {to} FAILED and was rolled back: every node on {back}"
         elif playbook == "rollout" and report.get("result") == "rollback_failed":
             what = "rollout FAILED and its rollback did not complete"
@@ -372,11 +370,10 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
             # pods left on two revisions: the next rollout's own check refuses an incomplete one
             return line, (f"fix {_failure_reason(rec)}, then {_again(playbook)} with -e bcd_rollout_force=true (a "
                           "rollout left incomplete is refused without it)")
-        fix = str(report.get("headline") or "").partition(" Nothing was changed. ")[2]
+        said, fix = str(report.get("headline") or "").partition(" Nothing was changed. ")[::2]
         if playbook == "rollout" and report.get("result") == "refused" and fix:
             # the refusal says what to do after what it changed (nothing): that is the next step
-            return f"{line}: {_reason(report['headline'].partition(' Nothing was changed. ')[0])}", \
-                f"{_reason(fix[0].lower() + fix[1:]).rstrip('.')}, then {_again(playbook)}"
+            return f"{line}: {_reason(said)}", f"{_reason(fix[0].lower() + fix[1:])}, then {_again(playbook)}"
         if playbook == "rollout" and report.get("result") == "rolled_back" and report.get("failed_nodes"):
             # the new image failed where it ran first: a fault of the image, or of those nodes
             return line, (f"find out why the new image failed ({_failure_reason(rec)}: the image, or those nodes), "
@@ -406,7 +403,7 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         return f"{head}: {reports}", ("ansible-playbook add-nodes.yml" if left > 0 else None)
     if playbook == "rollout":
         result = report.get("result")
-        to = _short_image((report.get("to") or {}).get("image"))
+        to = short_ref((report.get("to") or {}).get("image"))
         left, then = _rollout_left(report)
         if result == "succeeded" and not nodes.get("rolled"):
             why = "no node rolled" if left else "the pod template did not change, so no node rolled"

@@ -263,3 +263,25 @@ def test_a_refused_rollout_says_why_and_its_fix_as_the_next_step():
     assert line.startswith("rollout: cluster c rollout not started: rollout refused: 2 of 3 selected node(s) are down"), line
     assert line.endswith("; next: bring the down nodes back (or uncordon them), or raise bcd_rollout_max_down, or run "
                          "again with bcd_rollout_force=true to roll anyway, then ansible-playbook rollout.yml again"), line
+
+
+def test_a_refusal_whose_fix_is_cut_ends_before_its_aside_not_inside_it():
+    # the engine's own wording: the fix is longer than a reason may be
+    headline = ("rollout refused: 2 of 3 selected node(s) are down, more than bcd_rollout_max_down 10% allows (1): "
+                "gpu-node-2: the Node is NotReady (KubeletNotReady). Nothing was changed. Bring the down nodes back "
+                "(or uncordon them), or raise bcd_rollout_max_down; fix the unhealthy nodes (or finish or undo the "
+                "previous rollout), or run again with bcd_rollout_force=true to roll anyway (the gate still applies "
+                "to every rolled node; down nodes are left behind).")
+    hv = {"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": {"result": "refused", "headline": headline},
+                "fleet_failure": {"task": "Fail the run", "msg": "rollout on c did not complete; the reason is above"}}}
+    nxt = verdict(hv, "rollout").split("; next: ", 1)[1]
+    assert nxt.endswith(" ..., then ansible-playbook rollout.yml again"), nxt
+    assert " , then" not in nxt and nxt.count("(") == nxt.count(")"), nxt
+
+
+def test_a_reason_ending_in_a_full_stop_is_followed_by_the_verdict_without_it():
+    hv = {"c": {"release_cluster_name": "c", "fleet_failure": {
+        "task": "Delete the bcd objects", "msg": "the API server refused the deletion (403). Nothing was changed."}}}
+    line = verdict(hv, "release-cluster")
+    assert line.endswith("; next: fix the API server refused the deletion (403). Nothing was changed, then "
+                         "ansible-playbook release-cluster.yml again"), line
