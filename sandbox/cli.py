@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -192,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise cluster.UsageError(f"sandbox: no node {args.node} (its nodes: {', '.join(sb.node_names())})")
             if args.cmd == "node-down":
                 sb.set_node_not_ready(args.node)
+                # the command to undo it names the same sandbox the way this one did
+                where = (f"--dir {shlex.quote(args.dir)} " if args.dir else f"--name {args.name} " if args.name else "")
                 print(f"sandbox: {args.node} is NotReady (held, as a node whose kubelet stopped) until "
-                      f"`python -m sandbox node-up {args.node}`")
+                      f"`python -m sandbox {where}node-up {args.node}`")
             else:
                 sb.release_node(args.node)
                 print(f"sandbox: {args.node} is Ready again")

@@ -267,10 +267,12 @@ def test_node_down_and_node_up_from_the_command_line(sandbox):
         got = client.CoreV1Api(sandbox.api_client()).read_node(node)
         return next(c.status for c in got.status.conditions if c.type == "Ready")
 
-    down = run_sandbox(sandbox.dir, "node-down", node)
+    down = run_sandbox(sandbox.dir, "--dir", str(sandbox.dir), "node-down", node)
     try:
         assert down.returncode == 0, down.stderr
         assert f"{node} is NotReady" in down.stdout and ready() != "True"
+        # the way back names the same sandbox
+        assert f"`python -m sandbox --dir {sandbox.dir} node-up {node}`" in down.stdout, down.stdout
         time.sleep(2)  # KWOK's next heartbeat does not bring it back
         assert ready() != "True"
     finally:
