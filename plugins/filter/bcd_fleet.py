@@ -238,16 +238,22 @@ def bcd_kube_source(hostvars, host) -> str:
     return f"kubeconfig {kubeconfig}, context {context}"
 
 
+# playbooks whose cluster plays write no report of their own: the fleet report is theirs, for one
+# cluster too (docs/reports.md)
+_FLEET_REPORT_ONLY = ("release-cluster", "render")
+
+
 def bcd_fleet_reports(records: list[dict], finished_at: str | None = None) -> list[dict]:
     """``[{path, document}]``: one JSON document for each ``bcd_report_out`` several clusters
-    share, ``{"schema_version", "playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
+    share, and for each of a playbook that has no other report (release-cluster, render),
+    ``{"schema_version", "playbook", "finished_at", "passed", "failed", "summary", "clusters": [record]}``."""
     by_path: dict[str, list[dict]] = {}
     for r in records:
         if r["report_out"] and r["playbook"] != "audit":
             by_path.setdefault(r["report_out"], []).append(r)
     out = []
     for path, group in by_path.items():
-        if len(group) < 2:
+        if len(group) < 2 and group[0]["playbook"] not in _FLEET_REPORT_ONLY:
             continue
         failed = [r["cluster"] for r in group if r["failure"]]
         clusters = [{k: v for k, v in r.items() if k != "report_out"} for r in group]

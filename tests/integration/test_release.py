@@ -126,7 +126,7 @@ def test_a_node_holding_an_allocation_stops_it(sandbox, released_from, admin, cp
     assert daemonset(sandbox) is not None, "the DaemonSet stays when the run stops"
 
 
-def test_check_mode_shows_it_all_and_changes_nothing(sandbox, released_from, cp, cpvars):
+def test_check_mode_shows_it_all_and_changes_nothing(sandbox, released_from, cp, cpvars, tmp_path):
     """--check --diff shows every change the release would make: the tokens revoked and the join
     Secret deleted (never a secret's value), the nodes that leave the control plane, the
     DaemonSet, ConfigMap and Namespace deleted, the labels removed, the ClusterPolicy put back
@@ -143,8 +143,11 @@ def test_check_mode_shows_it_all_and_changes_nothing(sandbox, released_from, cp,
         before = cp_nodes(cp, cpvars)
         labels = bcd_labels(sandbox)
         policy_before = policy(sandbox)
-        run = release("-e", "bcd_release_confirm=sandbox", "-e", "bcd_release_restore_gpu_stack=true", "--check", "--diff")
+        report = tmp_path / "release.json"
+        run = release("-e", "bcd_release_confirm=sandbox", "-e", "bcd_release_restore_gpu_stack=true", "--check", "--diff",
+                      "-e", f"bcd_report_out={report}")
         assert run.returncode == 0, run.stdout[-3000:]
+        assert not report.exists(), "--check writes no report"
         out = run.stdout
         gpu = sandbox.gpu_node_names()
         assert f"Would remove {len(gpu)} node(s) from the control plane" in out
@@ -191,9 +194,16 @@ def test_release(sandbox, released_from, cp, cpvars, tmp_path):
         (root / "var/lib/bcd/node.key").write_text("key")
     inv = tmp_path / "gpu_nodes.yml"
     inv.write_text(json.dumps({"gpu_nodes": {"hosts": {n: {"bcd_node_root": str(r)} for n, r in roots.items()}}}))
+    report = tmp_path / "release.json"
     run = release("-i", "inventories/sandbox", "-i", str(inv), "-e", "bcd_release_confirm=sandbox",
-                  "-e", "bcd_release_restore_gpu_stack=true", "-e", "bcd_release_host_state=true", "--diff")
+                  "-e", "bcd_release_restore_gpu_stack=true", "-e", "bcd_release_host_state=true", "--diff",
+                  "-e", f"bcd_report_out={report}")
     assert run.returncode == 0, run.stdout[-4000:]
+    # one cluster: its bcd_report_out gets the fleet report (release has no report of its own)
+    doc = json.loads(report.read_text())
+    assert doc["playbook"] == "release-cluster" and doc["passed"] is True and doc["failed"] == []
+    (rec,) = doc["clusters"]
+    assert rec["cluster"] == "sandbox" and rec["result"] == "ok" and rec["nodes"]["removed"] == len(gpu), rec
     assert all(not (root / "var/lib/bcd").exists() and root.exists() for root in roots.values())
     assert f"Removed {len(gpu)} node(s) from the control plane" in run.stdout
     assert "Cluster sandbox is released" in run.stdout

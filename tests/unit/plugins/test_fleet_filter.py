@@ -179,3 +179,21 @@ def test_an_unread_token_record_makes_the_count_unknown_not_a_guess(revoked):
     assert rec["nodes"]["joined"] is None
     assert rec["detail"] == ("2 of 2 selected node(s) report, how many joined by this run is unknown (its token's "
                              "record could not be read)")
+
+
+@pytest.mark.parametrize(("playbook", "facts"), [
+    ("release-cluster", {"release_cluster_name": "c", "join_token_stale": {"revoked": []}}),
+    ("render", {"bcd_daemonset_render": {"config": {"bcd_report_out": "/abs/r.json"}}}),
+])
+def test_release_and_render_write_the_fleet_report_for_one_cluster_too(playbook, facts):
+    """They have no report of their own: bcd_report_out gets the fleet report (docs/reports.md)."""
+    recs = bcd_fleet_records({"c": {"bcd_report_out": "/abs/r.json", **facts}}, ["c"], playbook)
+    (report,) = bcd_fleet_reports(recs, "2026-01-01T00:00:00Z")
+    assert report["path"] == "/abs/r.json"
+    assert report["document"]["playbook"] == playbook and report["document"]["passed"] is True
+    assert [c["host"] for c in report["document"]["clusters"]] == ["c"]
+
+
+def test_a_playbook_with_a_report_of_its_own_writes_no_fleet_report_for_one_cluster():
+    recs = bcd_fleet_records({"east": adopted("east")}, ["east"], "adopt-cluster")
+    assert bcd_fleet_reports(recs) == [], "the cluster's own report is written there"
