@@ -480,8 +480,11 @@ class Rollout:
                          "pod": pod_column(pod, nodes.get(name)), "state": cp_node.get("state"), "outcome": outcome})
         rows.sort(key=lambda r: natural(r["name"]))
         down_list = [{"node": n, "why": why} for n, why in down.items()]
-        summary = self.summary(result, headline, current, [{**s, "outcome": "planned"} for s in stages], rows,
-                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay, to_roll=to_roll,
+        # a refused run rolls nothing: its report says what would have rolled, and that no stage started
+        summary = self.summary(result, headline, current,
+                               [{**s, "outcome": "not started" if refuse else "planned"} for s in stages], rows,
+                               unhealthy=unhealthy, incomplete=incomplete, losing=losing, staying=stay,
+                               to_roll=[] if refuse else to_roll, **({"would_roll": to_roll} if refuse else {}),
                                down=down_list)
         self.m.exit_json(changed=False, summary=summary, table=table(summary), refuse=refuse, previous=previous or [],
                          plan=stages, to_roll=to_roll, healthy=healthy, revision=revision, image=current, selected=len(nodes),

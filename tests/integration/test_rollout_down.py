@@ -113,6 +113,8 @@ def test_more_nodes_down_than_bcd_rollout_max_down_refuse_before_any_change(sand
     outcomes = {r["name"]: r["outcome"] for r in summary["nodes"]}
     assert all(outcomes[n].startswith("down, not judged: the Node is NotReady") for n in held), outcomes
     assert outcomes[nodes[2]] == "not rolled: the rollout is refused", outcomes
+    assert summary["to_roll"] == [] and summary["would_roll"] == [nodes[2]], summary
+    assert {s["outcome"] for s in summary["stages"]} == {"not started"}, summary["stages"]
     assert "will roll" not in out and "left behind:" not in out, out[-4000:]
     after = daemonset(sandbox)
     assert after["metadata"]["generation"] == before["metadata"]["generation"], "the DaemonSet is unchanged"
