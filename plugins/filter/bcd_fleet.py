@@ -288,8 +288,12 @@ def _reason(text) -> str:
         return folded[:-1] if folded.endswith(".") and not folded.endswith("..") else folded
     cut = folded[:_REASON_MAX].rsplit(" ", 1)[0]
     if cut.count("(") > cut.count(")"):
-        # an aside cut in half reads as a different sentence: end before it
-        cut = cut[:cut.rindex("(")]
+        # an aside cut in half reads as a different sentence: end before it, or close it when
+        # it began near the start (nothing would be left before it)
+        opened = cut.rindex("(")
+        if opened < _REASON_MAX // 4:
+            return cut.rstrip(" ,;:.") + " ...)"
+        cut = cut[:opened]
     return cut.rstrip(" ,;:.") + " ..."
 
 

@@ -285,3 +285,9 @@ def test_a_reason_ending_in_a_full_stop_is_followed_by_the_verdict_without_it():
     line = verdict(hv, "release-cluster")
     assert line.endswith("; next: fix the API server refused the deletion (403). Nothing was changed, then "
                          "ansible-playbook release-cluster.yml again"), line
+
+
+def test_a_long_aside_from_the_start_is_closed_not_dropped():
+    hv = {"c": {"adopt_cluster": "c", "fleet_failure": {"task": "t", "msg": "x (" + "word " * 60 + ")"}}}
+    reason = verdict(hv, "adopt-cluster").split("next: fix ", 1)[1].split(", then ", 1)[0]
+    assert reason.startswith("x (word word") and reason.endswith("word ...)"), reason
