@@ -270,13 +270,29 @@ _DONE = {"adopt-cluster": "adopted", "add-nodes": "joined", "rollout": "rolled",
          "gpu-stack": "configured", "audit": "audited", "release-cluster": "released", "render": "rendered"}
 # a failure's reason in the next step is cut here (the whole reason is printed above it)
 _REASON_MAX = 160
+# a refusal's own fix in the next step: whole, unless something made it far longer than ours are
+_FIX_MAX = 480
 
 
 # an image by digest, whole: registry and path, name[:tag], sha256 and 64 hex
 _IMAGE_RE = re.compile(r"(?:[\w.-]+(?::\d+)?/)*[\w.-]+(?::[\w.-]+)?@sha256:[0-9a-f]{64}\b")
 
 
-def _reason(text) -> str:
+def _refusal(said: str) -> str:
+    """A refused rollout's reason for the verdict: each part of the refusal with the Nodes it
+    names, not each Node's why (the refusal above has them in full): ``2 of 3 selected node(s) are
+    down, more than bcd_rollout_max_down 10% allows (1): gpu-node-2, gpu-node-3``."""
+    parts = []
+    for part in said.removeprefix("rollout refused: ").split(". "):
+        head, sep, details = part.partition(": ")
+        names = [d.partition(": ")[0] for d in details.split("; ")] if sep else []
+        if names and all(n and n != "-" and " " not in n for n in names):
+            part = f"{head}: " + ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        parts.append(part)
+    return _reason("; ".join(parts))
+
+
+def _reason(text, limit: int = _REASON_MAX) -> str:
     """A failure's reason, short enough for the verdict line: folded, images named short (as
     :func:`short_ref`; the whole reference is in the failure above), cut at a word, never inside a
     parenthesis, and without a full stop of its own (the verdict goes on after it: ", then ...")."""
@@ -284,14 +300,14 @@ def _reason(text) -> str:
     folded = _IMAGE_RE.sub(lambda m: short_ref(m.group(0)), folded)
     for tail in ("; the reason is above", " (the error is above)", " (the reason is above)"):
         folded = folded.removesuffix(tail)
-    if len(folded) <= _REASON_MAX:
+    if len(folded) <= limit:
         return folded[:-1] if folded.endswith(".") and not folded.endswith("..") else folded
-    cut = folded[:_REASON_MAX].rsplit(" ", 1)[0]
+    cut = folded[:limit].rsplit(" ", 1)[0]
     if cut.count("(") > cut.count(")"):
         # an aside cut in half reads as a different sentence: end before it, or close it when
         # it began near the start (nothing would be left before it)
         opened = cut.rindex("(")
-        if opened < _REASON_MAX // 4:
+        if opened < limit // 4:
             return cut.rstrip(" ,;:.") + " ...)"
         cut = cut[:opened]
     return cut.rstrip(" ,;:.") + " ..."
@@ -314,7 +330,9 @@ def _failure_reason(rec) -> str:
     if rec["playbook"] == "rollout" and failed:
         more = f" (and {len(failed) - 1} more node(s))" if len(failed) > 1 else ""
         return _reason(f"{failed[0].get('node')}: {failed[0].get('why')}") + more
-    if rec["playbook"] == "rollout" and report.get("result") in ("refused", "locked") and report.get("headline"):
+    if rec["playbook"] == "rollout" and report.get("result") == "refused" and report.get("headline"):
+        return _refusal(report["headline"].partition(" Nothing was changed. ")[0])
+    if rec["playbook"] == "rollout" and report.get("result") == "locked" and report.get("headline"):
         return _reason(report["headline"])
     return _reason(str(rec.get("failure") or "").split(": ", 1)[-1])
 
@@ -361,7 +379,9 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
             what = f"rollout to {to} FAILED and was rolled back: every node on {back}"
         elif playbook == "rollout" and report.get("result") == "rollback_failed":
             what = "rollout FAILED and its rollback did not complete"
-        elif playbook == "rollout" and report.get("result") in ("refused", "locked"):
+        elif playbook == "rollout" and report.get("result") == "refused":
+            what = "rollout refused, nothing changed"
+        elif playbook == "rollout" and report.get("result") == "locked":
             what = "rollout not started"
         # the failed task is named above (its fatal line and the summary): the reason is what to fix
         line = f"cluster {name} {what}" + (f"; {reports}" if reports else "")
@@ -383,7 +403,8 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
         said, fix = str(report.get("headline") or "").partition(" Nothing was changed. ")[::2]
         if playbook == "rollout" and report.get("result") == "refused" and fix:
             # the refusal says what to do after what it changed (nothing): that is the next step
-            return f"{line}: {_reason(said)}", f"{_reason(fix[0].lower() + fix[1:])}, then {_again(playbook)}"
+            # the fix is whole (the engine's own words, of bounded length): a cut fix is no fix
+            return f"{line}: {_refusal(said)}", f"{_reason(fix[0].lower() + fix[1:], _FIX_MAX)}, then {_again(playbook)}"
         if playbook == "rollout" and report.get("result") == "rolled_back" and report.get("failed_nodes"):
             # the new image failed where it ran first: a fault of the image, or of those nodes
             return line, (f"find out why the new image failed ({_failure_reason(rec)}: the image, or those nodes), "

@@ -107,6 +107,12 @@ def test_more_nodes_down_than_bcd_rollout_max_down_refuse_before_any_change(sand
     for name in held:
         assert f"{name}: the Node is NotReady (KubeletNotReady" in out
     assert "Nothing was changed" in out and "raise bcd_rollout_max_down" in out
+    # the last line: the refusal with the Nodes it names, and its own fix whole
+    verdict = run.stdout.rstrip().rpartition("\n")[2]
+    assert verdict.startswith(f"rollout: cluster sandbox rollout refused, nothing changed: 2 of {len(nodes)} selected "
+                              f"node(s) are down, more than bcd_rollout_max_down 10% allows (1): {held[0]}, {held[1]}; "
+                              "next: bring the down nodes back"), verdict
+    assert verdict.endswith("down nodes are left behind), then ansible-playbook rollout.yml again"), verdict
     assert summary["result"] == "refused" and summary["changed"] is False, summary.get("headline")
     assert sorted(d["node"] for d in summary["down"]) == held, summary["down"]
     # the report's rows say what the refusal did: nothing rolls, no node is left for a later run

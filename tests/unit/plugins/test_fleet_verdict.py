@@ -260,12 +260,13 @@ def test_a_refused_rollout_says_why_and_its_fix_as_the_next_step():
     hv = {"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": {"result": "refused", "headline": headline},
                 "fleet_failure": {"task": "Fail the run", "msg": "rollout on c did not complete; the reason is above"}}}
     line = verdict(hv, "rollout")
-    assert line.startswith("rollout: cluster c rollout not started: rollout refused: 2 of 3 selected node(s) are down"), line
+    assert line.startswith("rollout: cluster c rollout refused, nothing changed: 2 of 3 selected node(s) are down, "
+                           "more than bcd_rollout_max_down 10% allows (1): gpu-node-2, gpu-node-3; next: "), line
     assert line.endswith("; next: bring the down nodes back (or uncordon them), or raise bcd_rollout_max_down, or run "
                          "again with bcd_rollout_force=true to roll anyway, then ansible-playbook rollout.yml again"), line
 
 
-def test_a_refusal_whose_fix_is_cut_ends_before_its_aside_not_inside_it():
+def test_a_refusals_fix_is_whole_in_the_next_step():
     # the engine's own wording: the fix is longer than a reason may be
     headline = ("rollout refused: 2 of 3 selected node(s) are down, more than bcd_rollout_max_down 10% allows (1): "
                 "gpu-node-2: the Node is NotReady (KubeletNotReady). Nothing was changed. Bring the down nodes back "
@@ -275,8 +276,11 @@ def test_a_refusal_whose_fix_is_cut_ends_before_its_aside_not_inside_it():
     hv = {"c": {"rollout_cluster": "c", "bcd_daemonset_fleet_report": {"result": "refused", "headline": headline},
                 "fleet_failure": {"task": "Fail the run", "msg": "rollout on c did not complete; the reason is above"}}}
     nxt = verdict(hv, "rollout").split("; next: ", 1)[1]
-    assert nxt.endswith(" ..., then ansible-playbook rollout.yml again"), nxt
-    assert " , then" not in nxt and nxt.count("(") == nxt.count(")"), nxt
+    # the fix is the refusal's own, whole: a cut fix is no fix
+    assert nxt == ("bring the down nodes back (or uncordon them), or raise bcd_rollout_max_down; fix the unhealthy "
+                   "nodes (or finish or undo the previous rollout), or run again with bcd_rollout_force=true to roll "
+                   "anyway (the gate still applies to every rolled node; down nodes are left behind), then "
+                   "ansible-playbook rollout.yml again"), nxt
 
 
 def test_a_reason_ending_in_a_full_stop_is_followed_by_the_verdict_without_it():
@@ -291,3 +295,21 @@ def test_a_long_aside_from_the_start_is_closed_not_dropped():
     hv = {"c": {"adopt_cluster": "c", "fleet_failure": {"task": "t", "msg": "x (" + "word " * 60 + ")"}}}
     reason = verdict(hv, "adopt-cluster").split("next: fix ", 1)[1].split(", then ", 1)[0]
     assert reason.startswith("x (word word") and reason.endswith("word ...)"), reason
+
+
+def test_a_long_reason_cut_inside_an_aside_ends_before_it():
+    msg = "the API server refused " + "the object " * 12 + "(the gate still applies to every rolled node; " + "x " * 40 + ")"
+    hv = {"c": {"adopt_cluster": "c", "fleet_failure": {"task": "t", "msg": msg}}}
+    reason = verdict(hv, "adopt-cluster").split("next: fix ", 1)[1].split(", then ", 1)[0]
+    assert reason.endswith("the object ...") and "(" not in reason, reason
+
+
+def test_several_clusters_name_a_refusals_nodes_not_each_why():
+    headline = ("rollout refused: 1 of 2 selected node(s) unhealthy: gpu-node-2: pod bcd-x is CrashLoopBackOff "
+                "(back-off 5m0s restarting failed container). Nothing was changed. Fix the unhealthy nodes, or run "
+                "again with bcd_rollout_force=true.")
+    ok = {"rollout_cluster": "a", "bcd_daemonset_fleet_report": {"result": "unchanged", "to": {"image": DIGEST}}}
+    hv = {"a": ok, "b": {"rollout_cluster": "b", "bcd_daemonset_fleet_report": {"result": "refused", "headline": headline},
+                         "fleet_failure": {"task": "Fail the run", "msg": "rollout on b did not complete"}}}
+    line = verdict(hv, "rollout")
+    assert "fix what failed on b (1 of 2 selected node(s) unhealthy: gpu-node-2)" in line, line
