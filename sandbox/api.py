@@ -129,7 +129,7 @@ class Sandbox:
         return cluster.add_nodes(self.dir, count)
 
     def set_node_not_ready(self, name: str, reason: str = "KubeletNotReady",
-                           message: str = "container runtime is down (set by a test)") -> None:
+                           message: str = "container runtime is down (held by the sandbox until node-up)") -> None:
         """Mark Node ``name`` NotReady, as a kubelet does when its runtime fails, and keep it so
         (KWOK leaves a node annotated ``sandbox.bcd.dev/hold-status=true`` alone; its Lease is
         still renewed) until :meth:`release_node`. Its pods are left as a real cluster leaves

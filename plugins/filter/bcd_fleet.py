@@ -385,6 +385,9 @@ def _cluster_verdict(rec, check_mode: bool) -> tuple[str, str | None]:
             what = "rollout not started"
         # the failed task is named above (its fatal line and the summary): the reason is what to fix
         line = f"cluster {name} {what}" + (f"; {reports}" if reports else "")
+        if playbook in ("adopt-cluster", "add-nodes") and reports and nodes.get("joined"):
+            # a run that failed on one Node may have joined others: they spent the token's uses
+            line += f", {nodes['joined']} joined by this run"
         if "isolated" in nodes:
             line += f"; {nodes['isolated']} of {nodes.get('selected', 0)} selected nodes isolated"
         if playbook == "audit":  # its record's failure is the audit's own error, not a task's

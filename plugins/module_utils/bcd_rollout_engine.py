@@ -446,7 +446,8 @@ class Rollout:
             result = "planned"
             # the headline counts what the table lists: the selected Nodes (rolled or staying)
             # and those that lose bcd
-            per_stage = ", ".join(f"{s['name']} {s['size']}" for s in stages)
+            # "batch 1: 2", not "batch 1 2": a stage's name may end in a number
+            per_stage = ", ".join(f"{s['name']}: {s['size']}" for s in stages)
             headline = (f"rollout {change(current, self.inv.bcd_image)}: {len(to_roll)} of {len(nodes)} selected node(s) "
                         f"roll in {len(stages)} stage(s)" + (f" ({per_stage})" if stages else "")
                         + f", {len(stay)} stay as they are"

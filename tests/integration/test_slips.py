@@ -81,7 +81,7 @@ def test_a_plan_that_takes_bcd_off_nodes_names_them_and_counts_what_its_table_li
     run = run_playbook("rollout.yml", "--check", "-e", json.dumps(narrowed))
     out = flat(run)
     assert run.returncode == 0, out[-3000:]
-    assert ("1 of 1 selected node(s) roll in 1 stage(s) (canary 1), 0 stay as they are; "
+    assert ("1 of 1 selected node(s) roll in 1 stage(s) (canary: 1), 0 stay as they are; "
             f"{len(lose)} node(s) LOSE bcd (their pod is deleted, not selected by bcd_node_selector): "
             f"{', '.join(lose)}") in out, out[-3000:]
     for node in lose:
@@ -106,7 +106,7 @@ def test_a_plan_whose_first_stage_rolls_every_node_is_refused_unless_allowed(san
                            "-e", "bcd_rollout_all_at_once=true")
     out = flat(allowed)
     assert allowed.returncode == 0, out[-3000:]
-    assert f"{n} of {n} selected node(s) roll in 1 stage(s) (canary {n})" in out and "rolling anyway" in out, out[-3000:]
+    assert f"{n} of {n} selected node(s) roll in 1 stage(s) (canary: {n})" in out and "rolling anyway" in out, out[-3000:]
     assert bcd_state(sandbox) == before
 
 

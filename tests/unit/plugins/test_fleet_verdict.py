@@ -43,8 +43,8 @@ def test_a_failed_adoption_says_not_adopted_and_what_to_fix():
     hv = {"sandbox": adopted("sandbox", reporting=2, fleet_failure={
         "task": "Wait for every selected node", "msg": "gpu-node-3: join refused (maintenance)"})}
     assert verdict(hv, "adopt-cluster") == (
-        "adopt-cluster: cluster sandbox NOT adopted; 2 of 3 selected nodes report to the control plane; "
-        "next: fix gpu-node-3: join refused (maintenance), then ansible-playbook adopt-cluster.yml again")
+        "adopt-cluster: cluster sandbox NOT adopted; 2 of 3 selected nodes report to the control plane, 3 joined by "
+        "this run; next: fix gpu-node-3: join refused (maintenance), then ansible-playbook adopt-cluster.yml again")
 
 
 def test_a_long_reason_is_cut_at_a_word():
