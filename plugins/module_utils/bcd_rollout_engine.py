@@ -986,7 +986,11 @@ class Rollout:
                 except KubeError as exc:
                     self.notes.append(f"could not list the selected Nodes after the last stage, to name any that joined "
                                       f"meanwhile (audit.yml names them): {exc}")
-            self.left = {n: self.down.get(n) or "the Node was down at its turn" for n in pool if n in self.down}
+            # a down Node whose old pod an earlier run's RollingUpdate deleted (Terminating until its
+            # kubelet is back: in no list) is as far behind as one that still has it
+            podless = [n for n in nodes if n in self.down and n not in self.listed and n not in rolled]
+            self.left = {n: self.down.get(n) or "the Node was down at its turn" for n in [*pool, *podless]
+                         if n in self.down}
             if failed:
                 # the nodes and why (the first few: the table has every one)
                 names = "; ".join(f"{f['node']} - {f['why']}" for f in failed[:FAILED_IN_MSG])

@@ -78,6 +78,16 @@ def test_a_notready_node_is_left_behind_and_on_the_new_digest_after_the_next_run
         assert said.startswith(f"{down}: the Node is NotReady (KubeletNotReady"), said
         assert "a rollout leaves a down Node behind; fix: bring the Node back" in said, said
         assert [r["node"] for r in checks if r["check"] == "pod" and not r["ok"]] == [down], checks
+
+        # a second rollout while the Node is still down, its old pod deleted by the first one's
+        # RollingUpdate (Terminating until the kubelet is back): left behind again, not waited for
+        newer = next(i for i in NEXT if i != new)
+        second, summary = rollout(tmp_path, "down-again", "-e", f"bcd_image={newer}")
+        assert second.returncode == 0, _flat(second.stdout + second.stderr)[-4000:]
+        assert summary["result"] == "succeeded" and [b["node"] for b in summary["left_behind"]] == [down], summary
+        row = next(r for r in summary["nodes"] if r["name"] == down)
+        assert row["outcome"].startswith("left behind: the Node is NotReady"), row
+        new = newer
     finally:
         sandbox.release_node(down)
 
