@@ -433,7 +433,7 @@ class Rollout:
         if refuse:
             result, headline = "refused", f"rollout refused: {refuse}"
         elif not self.p.get("changes", True) and healthy:
-            result, headline = "unchanged", (f"already on {current} and healthy: nothing to do"
+            result, headline = "unchanged", (f"already on {short(current)} and healthy: nothing to do"
                                              + (f" ({len(down)} node(s) down, not judged: {', '.join(down)})" if down else ""))
         elif not self.p.get("template_changes", True) and not to_roll:
             result = "planned"
