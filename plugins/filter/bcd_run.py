@@ -10,8 +10,9 @@ from ansible.errors import AnsibleFilterError
 def limits(cliargs) -> list[str]:
     """The command-line options of ``cliargs`` (ansible-playbook's parsed options) that would run part
     of a playbook, each as it was given. The playbooks tag no task, so ``--tags`` runs them only when
-    it selects ``all`` or ``untagged``, and ``--skip-tags`` skips one only when it names ``all`` or
-    ``untagged`` (any other tag skipped skips nothing: molecule skips ``notest``); ``--start-at-task``
+    it selects ``all`` or ``untagged``, and ``--skip-tags`` skips one only when it names ``all``,
+    ``untagged`` or ``always`` (Ansible tags the roles' argument validation ``always``; any other tag
+    skipped skips nothing: molecule skips ``notest``); ``--start-at-task``
     skips every task before the one named; ``--step`` lets whoever answers its prompts skip any task
     (the join token's revocation among them)."""
     said = []
@@ -19,7 +20,7 @@ def limits(cliargs) -> list[str]:
     if tags and not {"all", "untagged"} & set(tags):
         said.append("--tags " + ",".join(tags))
     skip = [str(t) for t in cliargs.get("skip_tags") or ()]
-    if {"all", "untagged"} & set(skip):
+    if {"all", "untagged", "always"} & set(skip):
         said.append("--skip-tags " + ",".join(skip))
     start = cliargs.get("start_at_task")
     if start:

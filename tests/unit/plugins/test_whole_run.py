@@ -29,6 +29,8 @@ PLAYBOOKS = ["adopt-cluster.yml", "add-nodes.yml", "rollout.yml", "release-clust
     # ... but every task is untagged
     ({"tags": ("all",), "skip_tags": ("wait", "untagged")}, ["--skip-tags wait,untagged"]),
     ({"skip_tags": ("all",)}, ["--skip-tags all"]),
+    # the roles' argument validation is tagged always
+    ({"skip_tags": ("always",)}, ["--skip-tags always"]),
     ({"start_at_task": "Take the cluster's lock"}, ["--start-at-task \"Take the cluster's lock\""]),
     ({"tags": ("a",), "skip_tags": ("untagged",), "start_at_task": "T"}, ["--tags a", "--skip-tags untagged", "--start-at-task 'T'"]),
     # each task's prompt could skip any of them, the token's revocation too
