@@ -25,6 +25,11 @@ import yaml
 
 from sandbox import cluster, proc
 
+# set_node_not_ready: how long a held Node must read NotReady before the hold counts as taken
+# (KWOK may still write one heartbeat it queued before the hold), and the most it may take
+HOLD_SETTLE = 3.0
+HOLD_TIMEOUT = 60.0
+
 
 class NotUp(RuntimeError):
     """The sandbox is not up (no state, a component stopped, or the API not ready)."""
@@ -146,16 +151,31 @@ class Sandbox:
             core.patch_node(name, {"metadata": {"annotations": {"sandbox.bcd.dev/hold-status": "true"}}})
             # the pods first: once KWOK skips them, nothing makes them Ready again before release
             cluster.mark_pods_down(core, name, True)
-            node = core.read_node_status(name)
-            conditions = [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-                           "lastHeartbeatTime": now, "lastTransitionTime": now}
-                          for c in node.status.conditions or [] if c.type != "Ready"]
-            conditions.append({"type": "Ready", "status": "False", "reason": reason, "message": message,
-                               "lastHeartbeatTime": now, "lastTransitionTime": now})
-            core.patch_node_status(name, {"status": {"conditions": conditions}})
-            # the node lifecycle controller does this only when it sees the pod change after its
-            # own view of the Node (refreshed every 5 s) is NotReady: a race; the sandbox does not race
-            cluster.mark_pods_not_ready(core, name)
+
+            def hold() -> None:
+                node = core.read_node_status(name)
+                conditions = [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                               "lastHeartbeatTime": now, "lastTransitionTime": now}
+                              for c in node.status.conditions or [] if c.type != "Ready"]
+                conditions.append({"type": "Ready", "status": "False", "reason": reason, "message": message,
+                                   "lastHeartbeatTime": now, "lastTransitionTime": now})
+                core.patch_node_status(name, {"status": {"conditions": conditions}})
+                # the node lifecycle controller does this only when it sees the pod change after its
+                # own view of the Node (refreshed every 5 s) is NotReady: a race; the sandbox does not race
+                cluster.mark_pods_not_ready(core, name)
+
+            hold()
+            # a heartbeat KWOK queued before it saw the annotation can still write Ready back (seen
+            # with 1,000 nodes under load): hold until the Node has stayed NotReady for HOLD_SETTLE
+            deadline, settled = time.monotonic() + HOLD_TIMEOUT, time.monotonic() + HOLD_SETTLE
+            while time.monotonic() < settled:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"sandbox: node {name} did not stay NotReady within {HOLD_TIMEOUT:g} s")
+                time.sleep(0.25)
+                ready = next((c.status for c in core.read_node_status(name).status.conditions or [] if c.type == "Ready"), None)
+                if ready != "False":
+                    hold()
+                    settled = time.monotonic() + HOLD_SETTLE
 
     def set_node_allocatable(self, name: str, **resources: str) -> dict[str, str]:
         """Set Node ``name``'s allocatable resources (``cpu="50m"``, ``memory="64Mi"``), which

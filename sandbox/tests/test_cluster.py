@@ -283,6 +283,41 @@ def test_node_down_and_node_up_from_the_command_line(sandbox):
     assert missing.returncode == 1 and "no node no-such-node (its nodes: " in missing.stderr, missing.stderr
 
 
+def test_a_heartbeat_written_while_the_hold_is_taken_does_not_undo_it(sandbox):
+    """KWOK can write one heartbeat (Ready) it queued before it saw the hold: the hold is taken
+    only once the Node has stayed NotReady, so such a write is undone, not left."""
+    import threading
+
+    from sandbox import api as sandbox_api
+
+    node = sandbox.gpu_node_names()[0]
+    core = client.CoreV1Api(sandbox.api_client())
+
+    def ready() -> str:
+        return next(c.status for c in core.read_node_status(node).status.conditions if c.type == "Ready")
+
+    def stale_heartbeat() -> None:
+        # as KWOK's queued job does: Ready again, once the hold is under way
+        deadline = time.monotonic() + 30
+        while ready() == "True" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(sandbox_api.HOLD_SETTLE / 3)
+        cond = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+        core.patch_node_status(node, {"status": {"conditions": [cond]}})
+
+    writer = threading.Thread(target=stale_heartbeat)
+    writer.start()
+    try:
+        sandbox.set_node_not_ready(node)
+        writer.join(timeout=60)
+        assert not writer.is_alive()
+        assert ready() == "False", "the stale heartbeat's Ready stayed"
+    finally:
+        writer.join(timeout=60)
+        sandbox.release_node(node)
+    assert ready() == "True"
+
+
 def test_a_pod_on_a_down_node_is_not_ready_and_stays_terminating_until_the_node_is_back(sandbox, namespace):
     """As on a real cluster whose kubelet cannot run pods: on a Node ``set_node_not_ready`` holds,
     its pod is marked not Ready (as the node lifecycle controller marks a NotReady Node's pods)
