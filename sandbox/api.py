@@ -46,10 +46,15 @@ class Sandbox:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def up(self, nodes: int | None = None) -> Sandbox:
-        """Bring the sandbox up (idempotent): ``nodes`` GPU nodes, default ``SANDBOX_NODES`` or 3."""
-        cluster.up(self.dir, nodes=nodes)
+    def up(self, nodes: int | None = None, kube_version: str | None = None) -> Sandbox:
+        """Bring the sandbox up (idempotent): ``nodes`` GPU nodes, default ``SANDBOX_NODES`` or 3;
+        Kubernetes ``kube_version`` (``1.33``), default ``SANDBOX_KUBE_VERSION``, else the newest."""
+        cluster.up(self.dir, nodes=nodes, kube_version=kube_version)
         return self
+
+    def kube_version(self) -> str:
+        """The Kubernetes release it runs (``1.37.2``)."""
+        return cluster.kube_version_of(self.dir)
 
     def down(self) -> None:
         """Stop everything the sandbox started and remove its directory; raise if something stayed."""

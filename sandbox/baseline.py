@@ -115,7 +115,7 @@ def _nodes(sdir: Path, state: dict, core, admin, timeout: float) -> list[str]:
     done = []
     count = base_gpu_nodes(state)
     base = {f"{cluster.GPU_PREFIX}{i}" for i in range(1, count + 1)} | set(cluster.CPU_NODES)
-    version = "v" + cluster.build.version_of(cluster.build.BY_NAME["kube-apiserver"])
+    version = "v" + cluster.kube_version_of(sdir, state)
     extra = []
     for node in core.list_node().items:
         name = node.metadata.name

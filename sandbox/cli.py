@@ -82,6 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     p_st.add_argument("--json", action="store_true", help="print the report as JSON")
     p_b = sub.add_parser("build", help="find or build the pinned binaries into the cache")
     p_b.add_argument("--force", action="store_true", help="rebuild into the cache even if a match exists")
+    p_b.add_argument("--kube-version", metavar="X.Y", action="append",
+                     help="the Kubernetes release(s) to build (repeatable; 'all' for every supported one; "
+                          "default SANDBOX_KUBE_VERSION, else the newest)")
+    p_b.add_argument("--list", action="store_true",
+                     help="build nothing: print the supported Kubernetes minor releases, oldest first")
+    p_b.add_argument("--rotation", metavar="COMMIT",
+                     help="build nothing: print the release other than the newest that COMMIT picks for "
+                          "make test's compatibility scenario")
+    p_b.add_argument("--check", action="store_true",
+                     help="build nothing: exit 0 when found or cached, else say what is missing and exit 2")
     sub.add_parser("env", help="print shell exports for PATH (kubectl) and KUBECONFIG")
     p_add = sub.add_parser("add-nodes", help="add N more GPU nodes to the running sandbox")
     p_add.add_argument("count", type=int)
@@ -175,9 +185,25 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         elif args.cmd == "status":
             return _status(args)
+        elif args.cmd == "build" and args.list:
+            print(" ".join(build.kube_versions()))
+        elif args.cmd == "build" and args.rotation is not None:
+            print(build.rotation_minor(args.rotation) or "")
         elif args.cmd == "build":
-            paths = build.resolve(force=args.force)
-            print(build.describe(paths))
+            wanted = args.kube_version or [None]
+            minors = (list(build.kube_versions()) if "all" in wanted
+                      else list(dict.fromkeys(build.kube_minor(v, what="--kube-version") if v else build.kube_minor()
+                                             for v in wanted)))
+            if args.check:
+                cold = {m: build.missing(minor=m) for m in minors}
+                for m, names in cold.items():
+                    if names:
+                        print(f"sandbox build: Kubernetes {build.pinned_version('kube', build.K8S, m)}: not built "
+                              f"into {build.cache_dir()}: {', '.join(names)} (about 10 minutes on 2 cores: "
+                              f"python -m sandbox build --kube-version {m})")
+                return 2 if any(cold.values()) else 0
+            for m in minors:
+                print(build.describe(build.resolve(force=args.force, minor=m), m))
         elif args.cmd == "env":
             print("\n".join(cluster.env_lines()))
         elif args.cmd == "add-nodes":

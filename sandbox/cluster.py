@@ -610,11 +610,35 @@ def node_body(name: str, gpu: bool, kube_version: str) -> dict:
     }
 
 
+def kube_minor_of(sdir: Path, state: dict[str, Any] | None = None) -> str:
+    """The Kubernetes minor release the sandbox at ``sdir`` runs (saved by ``up``; a sandbox saved
+    before versions were recorded, or none yet, runs what ``SANDBOX_KUBE_VERSION`` picks)."""
+    state = load_state(sdir) if state is None else state
+    return (state or {}).get("kube_minor") or build.kube_minor()
+
+
+def kube_version_of(sdir: Path, state: dict[str, Any] | None = None) -> str:
+    """The Kubernetes release (``1.37.2``) of the sandbox at ``sdir``."""
+    return build.version_of(build.BY_NAME["kube-apiserver"], kube_minor_of(sdir, state))
+
+
+def _requested_minor(state: dict[str, Any] | None, sdir: Path, asked: str | None = None) -> str:
+    """The release ``up`` runs: the one a running sandbox was made with (a different one asked
+    for, by ``asked`` or ``SANDBOX_KUBE_VERSION``, is refused, not silently ignored), else the one asked for."""
+    wanted = build.kube_minor(asked)
+    saved = (state or {}).get("kube_minor")
+    if saved and (asked or os.environ.get("SANDBOX_KUBE_VERSION", "").strip()) and wanted != saved:
+        raise UsageError(f"sandbox: {sdir} runs Kubernetes {build.pinned_version('kube', build.K8S, saved)}, "
+                         f"not the {build.pinned_version('kube', build.K8S, wanted)} SANDBOX_KUBE_VERSION asks for; "
+                         f"bring it down first (python -m sandbox down) or use another SANDBOX_DIR")
+    return saved or wanted
+
+
 def create_nodes(sdir: Path, names: list[str], workers: int = 16) -> list[str]:
     """Create the nodes ``names`` (``gpu-…`` GPU, others CPU-only) concurrently; return those created."""
     from kubernetes import client
 
-    version = "v" + build.version_of(build.BY_NAME["kube-apiserver"])
+    version = "v" + kube_version_of(sdir)
     api = api_client(sdir, pool=workers)
     with api:
         core = client.CoreV1Api(api)
@@ -866,10 +890,12 @@ def _is_sandbox_dir(sdir: Path) -> bool:
         or any(p.name.startswith("control-plane") for p in sdir.iterdir()))
 
 
-def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
+def up(sdir: Path | None = None, nodes: int | None = None, kube_version: str | None = None) -> dict[str, Any]:
     """Bring the sandbox at ``sdir`` up (idempotent) and return its state.
 
     ``nodes``: GPU nodes to ensure (default ``SANDBOX_NODES``, else the saved count, else 3).
+    ``kube_version``: the Kubernetes release (``1.33`` or its pinned ``1.33.4``; default
+    ``SANDBOX_KUBE_VERSION``, else the newest supported: ``build.kube_minor``).
     Raises StartError / BuildError naming what failed.
     """
     sdir = Path(sdir or proc.sandbox_dir())
@@ -884,7 +910,8 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     sdir.mkdir(parents=True, exist_ok=True)
     os.chmod(sdir, 0o700)
 
-    binaries = build.resolve(say=say)
+    minor = _requested_minor(state, sdir, kube_version)
+    binaries = build.resolve(say=say, minor=minor)
     audit = requested_audit(state)
     if state is None:
         state = {"version": 1, "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -894,7 +921,7 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     scale_before = state.get("scale_profile") or scale_settings(state.get("gpu_nodes", DEFAULT_NODES))["profile"]
     # the size a test may add nodes to and the baseline puts back (sandbox.baseline)
     state.setdefault("base_gpu_nodes", gpu_nodes)
-    state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit,
+    state.update(binaries={k: str(v) for k, v in binaries.items()}, audit=audit, kube_minor=minor,
                  gpu_nodes=max(gpu_nodes, state.get("gpu_nodes", 0)), dir=str(sdir))
     state["scale_profile"] = scale_settings(state["gpu_nodes"])["profile"]
     pki.ensure(sdir / "pki")
@@ -936,7 +963,7 @@ def up(sdir: Path | None = None, nodes: int | None = None) -> dict[str, Any]:
     _start_control_plane(sdir)
     say(f"sandbox: up in {time.monotonic() - t0:.1f}s at {sdir}: {state['gpu_nodes']} GPU node(s) "
         f"(gpu-node-1..{state['gpu_nodes']}) and {len(CPU_NODES)} CPU node(s), Kubernetes "
-        f"v{build.version_of(build.BY_NAME['kube-apiserver'])}")
+        f"v{kube_version_of(sdir, state)}")
     say(f"export KUBECONFIG={sdir / 'kubeconfig'}")
     return state
 
@@ -969,10 +996,12 @@ def attach(sdir: Path | None, kubeconfig: Path, nodes: int | None = None, listen
     sdir.mkdir(parents=True, exist_ok=True)
     os.chmod(sdir, 0o700)
     _write_private(sdir / "kubeconfig", Path(kubeconfig).read_text())
-    binaries = build.resolve(["kwok", "kubectl"], say=say)
+    minor = build.kube_minor()
+    binaries = build.resolve(["kwok", "kubectl"], say=say, minor=minor)
     # nodes=0: no simulated GPU node (a cluster with real ones, such as the kind test bed).
     gpu_nodes = nodes if nodes is not None else (requested_nodes() or (state or {}).get("gpu_nodes") or DEFAULT_NODES)
     state = {"version": 1, "external": True, "ports": {}, "binaries": {k: str(v) for k, v in binaries.items()},
+             "kube_minor": minor,
              "gpu_nodes": max(gpu_nodes, (state or {}).get("gpu_nodes", 0)), "dir": str(sdir)}
     save_state(sdir, state)
     since = datetime.datetime.now(datetime.UTC)

@@ -8,9 +8,9 @@ the pod. Nothing comes from a container registry:
 - the node image is assembled locally (:func:`build_images`): a Debian rootfs from
   ``mmdebstrap``; kind's base-image files (entrypoint, containerd config, kubelet units) from the
   ``sigs.k8s.io/kind`` module pinned in ``sandbox/go/kind``; kubelet, kubeadm and kube-proxy built
-  from ``k8s.io/kubernetes`` (``sandbox/go/node``, the same release as the sandbox's
-  kube-apiserver, so Go's build cache is shared); the control-plane images from the sandbox's own
-  binaries (``sandbox/build.py``); CoreDNS from ``sandbox/go/coredns``; the pause image compiled
+  from ``k8s.io/kubernetes`` (``sandbox/go/node-<minor>``, the newest release the sandbox
+  supports, the same as its kube-apiserver's there, so Go's build cache is shared); the
+  control-plane images from the sandbox's own binaries (``sandbox/build.py``); CoreDNS from ``sandbox/go/coredns``; the pause image compiled
   from the Kubernetes module's ``build/pause/linux/pause.c``. Each image is cached in podman's
   storage with a stamp (a digest of its inputs) under ``$XDG_CACHE_HOME/bcd-ansible/kind``, so a
   warm ``up`` only creates the containers.
@@ -118,8 +118,14 @@ BINARIES = {
 }
 
 
+def kube_minor() -> str:
+    """The Kubernetes minor release kind runs: always the newest one with node binaries
+    (``sandbox/go/node-<minor>``); ``SANDBOX_KUBE_VERSION`` picks the sandbox's, not kind's."""
+    return build.kube_minor("", module="node")
+
+
 def kube_version() -> str:
-    return build.pinned_version("kube", K8S)
+    return build.pinned_version("kube", K8S, kube_minor())
 
 
 def etcd_version() -> str:
@@ -331,21 +337,23 @@ def resolve_binaries(say=say) -> dict[str, Path]:
     """The kind test bed's binaries: the sandbox's control plane and etcd, plus kind, kubelet,
     kubeadm, kube-proxy and CoreDNS, found or built into the shared cache (see sandbox/build.py),
     and crictl (sandbox/crictl.py)."""
+    minor = kube_minor()
     paths = {k: Path(v) for k, v in build.resolve(
-        ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"], say=say).items()}
+        ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"], say=say,
+        minor=minor).items()}
     with build._lock():
         missing: list[build.Binary] = []
         for b in BINARIES.values():
-            found = build._found(b, say)
+            found = build._found(b, say, minor)
             if found:
                 paths[b.name] = found
             else:
                 missing.append(b)
         for module in dict.fromkeys(b.module for b in missing):
             batch = [b for b in missing if b.module == module]
-            build._go_build(module, batch, say)
+            build._go_build(module, batch, say, minor)
             for b in batch:
-                paths[b.name] = build.cache_dir() / b.name
+                paths[b.name] = build.cached_path(b, minor)
     # not in the node image (its key stays): molecule/kind/verify_runtime.yml copies it onto a worker
     paths["crictl"] = crictl.resolve(say)
     return paths
@@ -353,7 +361,8 @@ def resolve_binaries(say=say) -> dict[str, Path]:
 
 def module_dir(module: str, requires: str, version: str) -> Path:
     """The directory of ``requires@v<version>`` in Go's module cache (downloaded when missing)."""
-    out = subprocess.run(["go", "mod", "download", "-json", f"{requires}@v{version}"], cwd=build.GO_DIR / module,
+    out = subprocess.run(["go", "mod", "download", "-json", f"{requires}@v{version}"],
+                         cwd=build.GO_DIR / build.module_dir_name(module, kube_minor()),
                          env={**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly"},
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -650,8 +659,10 @@ def kind_config(node_image: str) -> dict[str, Any]:
                   {"role": "worker", "image": node_image},
                   {"role": "worker", "image": node_image}],
         "kubeadmConfigPatches": [
-            # The etcd image is the sandbox's etcd, at its own version.
-            f"kind: ClusterConfiguration\netcd:\n  local:\n    imageTag: {etcd_version()}-0\n",
+            # The etcd and CoreDNS images are the sandbox's own builds at their own versions, not
+            # the ones each kubeadm release would pull.
+            f"kind: ClusterConfiguration\netcd:\n  local:\n    imageTag: {etcd_version()}-0\n"
+            f"dns:\n  imageTag: v{coredns_version()}\n",
             # kubelet 1.36 refuses cgroup v1 unless told otherwise; these machines are hybrid v1.
             "kind: KubeletConfiguration\nfailCgroupV1: false\n",
         ],
@@ -984,7 +995,8 @@ def why_not_warm() -> tuple[str | None, bool]:
     if missing:
         return f"host packages missing: {', '.join(missing)} (make kind installs them as root)", True
     names = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"]
-    cold = [b.name for b in [*(build.BY_NAME[n] for n in names), *BINARIES.values()] if build._cached(b) is None]
+    cold = [b.name for b in [*(build.BY_NAME[n] for n in names), *BINARIES.values()]
+            if build._cached(b, kube_minor()) is None]
     if crictl.cached() is None:
         cold.append("crictl")
     if cold:

@@ -32,21 +32,72 @@ def cache(tmp_path, monkeypatch):
     for b in build.BINARIES:
         monkeypatch.delenv(b.env, raising=False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("SANDBOX_KUBE_VERSION", raising=False)
     return build.cache_dir()
 
 
-def test_pins_come_from_the_wrapper_go_modules():
+def test_pins_come_from_the_wrapper_go_modules(monkeypatch):
+    monkeypatch.delenv("SANDBOX_KUBE_VERSION", raising=False)
     versions = {b.name: build.version_of(b) for b in build.BINARIES}
     assert re.fullmatch(r"3\.6\.\d+", versions["etcd"])
     assert re.fullmatch(r"0\.8\.\d+", versions["kwok"])
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"):
-        assert re.fullmatch(r"1\.36\.\d+", versions[name])
-    gomod = (build.GO_DIR / "kube" / "go.mod").read_text()
+        assert re.fullmatch(r"1\.37\.\d+", versions[name])  # the newest is the default
+
+
+@pytest.mark.parametrize("module", ["kube-1.33", "kube-1.35", "kube-1.36", "kube-1.37", "node-1.37"])
+def test_each_release_has_its_own_wrapper_module(module):
+    gomod = (build.GO_DIR / module / "go.mod").read_text()
+    version = build.pinned_version(module, build.K8S)
+    assert version.startswith(module.split("-")[1] + ".")
+    assert f"module bcd-ansible/sandbox/{module}\n" in gomod
     # every staging module is replaced by its published k8s.io/<name> at the matching v0.x
-    minor = versions["kube-apiserver"].split(".", 1)[1]
     replaced = re.findall(r"^\s*(k8s\.io/[\w-]+) => (k8s\.io/[\w-]+) v(\S+)", gomod, re.M)
     assert len(replaced) > 20
-    assert all(a == b and v == f"0.{minor}" for a, b, v in replaced)
+    assert all(a == b and v == "0." + version.split(".", 1)[1] for a, b, v in replaced)
+    assert (build.GO_DIR / module / "go.sum").stat().st_size > 0
+
+
+def test_a_release_is_picked_by_its_minor_or_its_pinned_patch(monkeypatch):
+    monkeypatch.delenv("SANDBOX_KUBE_VERSION", raising=False)
+    assert list(build.kube_versions()) == ["1.33", "1.35", "1.36", "1.37"]
+    assert build.kube_minor() == "1.37"
+    assert build.kube_minor("1.33") == build.kube_minor("v1.33.4") == "1.33"
+    monkeypatch.setenv("SANDBOX_KUBE_VERSION", "1.35")
+    assert build.kube_minor() == "1.35"
+    assert build.version_of(build.BY_NAME["kube-apiserver"]) == "1.35.4"
+    assert build.cache_name(build.BY_NAME["kube-apiserver"]) == "kube-apiserver-1.35.4"
+    assert build.cache_name(build.BY_NAME["kwok"]) == "kwok"  # not per release
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("1.34", r"SANDBOX_KUBE_VERSION=1\.34: 1\.34 is not a supported release; supported: 1\.33 \(1\.33\.4\), "),
+    ("1.33.7", r"SANDBOX_KUBE_VERSION=1\.33\.7: 1\.33 is pinned at 1\.33\.4, not 1\.33\.7"),
+    ("latest", r"latest is not a supported release"),
+])
+def test_an_unsupported_release_is_refused_naming_the_supported_ones(monkeypatch, value, why):
+    monkeypatch.setenv("SANDBOX_KUBE_VERSION", value)
+    with pytest.raises(build.BuildError, match=why):
+        build.kube_minor()
+
+
+def test_the_second_release_rotates_with_the_commit():
+    others = list(build.kube_versions())[:-1]
+    picked = {build.rotation_minor(f"{i:08x}" + "0" * 32) for i in range(len(others))}
+    assert picked == set(others)
+    assert build.rotation_minor("not-hex") == others[0]
+
+
+def test_each_release_is_cached_under_its_own_name(cache):
+    api = build.BY_NAME["kube-apiserver"]
+    for minor in ("1.33", "1.37"):
+        path = fake_binary(build.cached_path(api, minor), "not run")
+        path.with_name(path.name + ".stamp").write_text(build._stamp_key(api, minor) + "\n")
+    assert build._cached(api, "1.33") == cache / "kube-apiserver-1.33.4"
+    assert build._cached(api, "1.37") == cache / f"kube-apiserver-{build.pinned_version('kube', build.K8S, '1.37')}"
+    assert build._cached(api, "1.35") is None
+    assert build.missing(["kube-apiserver"], minor="1.35") == ["kube-apiserver"]
+    assert build.missing(["kube-apiserver"], minor="1.33") == []
 
 
 def test_ldflags_stamp_the_versions_the_tools_print():

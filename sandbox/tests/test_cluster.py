@@ -23,7 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from sandbox import cluster, proc
+from sandbox import build, cluster, proc
 from sandbox.api import Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def run_sandbox(sdir: Path, *args: str, env: dict | None = None, timeout: float 
 # ---------------------------------------------------------------------------------- nodes, version
 
 
-def test_kubectl_lists_every_node_ready_on_a_1_36_server(sandbox):
+def test_kubectl_lists_every_node_ready_on_the_release_it_was_made_with(sandbox):
     gpu_count = sandbox.state["gpu_nodes"]
     if os.environ.get("SANDBOX_NODES"):
         assert gpu_count >= int(os.environ["SANDBOX_NODES"])
@@ -92,11 +92,14 @@ def test_kubectl_lists_every_node_ready_on_a_1_36_server(sandbox):
     table = sandbox.kubectl("get", "nodes", "--no-headers").stdout.splitlines()
     assert sum(1 for line in table if line.split()[1] == "Ready") >= gpu_count + 1
 
+    # the release SANDBOX_KUBE_VERSION asks for, else the newest supported one
+    want = build.version_of(build.BY_NAME["kube-apiserver"], build.kube_minor())
     version = json.loads(sandbox.kubectl("version", "-o", "json").stdout)
-    assert version["serverVersion"]["major"] == "1"
-    assert version["serverVersion"]["minor"] == "36"
-    assert version["serverVersion"]["gitVersion"].startswith("v1.36.")
+    assert version["serverVersion"]["gitVersion"] == f"v{want}" == f"v{sandbox.kube_version()}"
+    assert version["serverVersion"]["minor"] == want.split(".")[1]
     assert version["clientVersion"]["gitVersion"] == version["serverVersion"]["gitVersion"]
+    node = nodes[sorted(expected)[0]]
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == f"v{want}"
 
 
 def test_gpu_nodes_are_labelled_with_capacity_but_no_allocatable_gpus(sandbox):
@@ -521,6 +524,15 @@ def test_lifecycle_up_twice_status_add_nodes_down(tmp_path_factory):
         assert second.returncode == 0, second.stdout + second.stderr
         assert _pids(sdir) == pids, "a second up starts nothing new"
         assert "started" not in second.stdout
+
+        # another release for a running sandbox is refused, never silently ignored
+        running = cluster.kube_minor_of(sdir)
+        other = next(m for m in build.kube_versions() if m != running)
+        refused = run_sandbox(sdir, "up", env={"SANDBOX_KUBE_VERSION": other})
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert (f"runs Kubernetes {cluster.kube_version_of(sdir)}, not the {build.kube_versions()[other]} "
+                "SANDBOX_KUBE_VERSION asks for; bring it down first") in refused.stderr, refused.stderr
+        assert _pids(sdir) == pids
 
         st = run_sandbox(sdir, "status")
         assert st.returncode == 0, st.stdout + st.stderr

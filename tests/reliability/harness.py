@@ -455,7 +455,7 @@ def apiserver_up(sandbox) -> None:
 def controllers_afresh(sandbox) -> None:
     """Restart the controller manager and the scheduler, and wait until they are healthy.
 
-    After the API server restarts, their informers can lag it for a minute (Kubernetes 1.36's
+    After the API server restarts, their informers can lag it for a minute (from Kubernetes 1.36 the
     DaemonSet controller then refuses to sync: "read version ... is not as new as written
     version"), as a real cluster's do; a scenario that follows must not start inside that lag."""
     from sandbox import cluster, proc

@@ -233,7 +233,7 @@ def test_a_token_for_too_few_nodes_is_refused_before_minting(ready, runner, reli
     # two KWOK GPU Nodes outside the sandbox's own count, deleted when the package ends
     new = ["gpu-node-extra-1", "gpu-node-extra-2"]
     for name in new:
-        body = cluster.node_body(name, True, "v1.36.3")
+        body = cluster.node_body(name, True, "v" + world.sandbox.kube_version())
         body["metadata"]["labels"][EXTRA_NODE_LABEL] = "true"
         world.core.create_node(body)
     cluster.wait_nodes_ready(world.sandbox.dir, new)

@@ -274,7 +274,7 @@ def stuck_node(world: World, name: str):
     from sandbox import cluster
 
     coord = client.CoordinationV1Api(world.core.api_client)
-    body = cluster.node_body(name, True, "v1.36.3")
+    body = cluster.node_body(name, True, "v" + world.sandbox.kube_version())
     body["metadata"]["annotations"] = {}
     body["metadata"]["labels"][EXTRA_NODE_LABEL] = "true"
     status = body.pop("status")

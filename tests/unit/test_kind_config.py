@@ -42,8 +42,9 @@ def test_without_root_it_names_the_packages_to_install(monkeypatch):
 
 
 def test_the_wrapper_modules_pin_one_kubernetes_release():
-    assert kind.build.pinned_version("node", "k8s.io/kubernetes") == kind.kube_version()
-    assert "-X k8s.io/component-base/version.gitVersion=v" + kind.kube_version() in kind.build.ldflags("node")
+    assert kind.build.pinned_version("node", "k8s.io/kubernetes", kind.kube_minor()) == kind.kube_version()
+    assert "-X k8s.io/component-base/version.gitVersion=v" + kind.kube_version() in kind.build.ldflags(
+        "node", kind.kube_minor())
 
 
 def test_check_tells_a_cold_cache_from_one_a_build_cannot_warm(tmp_path, monkeypatch):

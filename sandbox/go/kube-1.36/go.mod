@@ -2,7 +2,7 @@
 // kube-controller-manager, kube-scheduler, kubectl) from k8s.io/kubernetes through the Go
 // module proxy. k8s.io/kubernetes points each staging module at ./staging/src; we replace
 // each with its published k8s.io/<name> v0.36.3, as listed in v1.36.3's own go.mod.
-module bcd-ansible/sandbox/kube
+module bcd-ansible/sandbox/kube-1.36
 
 go 1.26.0
 
@@ -210,6 +210,7 @@ replace (
 	k8s.io/mount-utils => k8s.io/mount-utils v0.36.3
 	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.36.3
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.36.3
+	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.3
 	k8s.io/sample-controller => k8s.io/sample-controller v0.36.3
 	k8s.io/streaming => k8s.io/streaming v0.36.3
 )
