@@ -14,7 +14,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections
 
 .PHONY: setup build docs ee-context ee lint test test-unit test-sandbox test-molecule test-kind test-matrix test-long demo \
         sandbox sandbox-down sandbox-status sandbox-build bench clean kind kind-down kind-status pyroot \
-        test-long-matrix
+        test-long-matrix test-kube test-long-kube
 
 # The checkout is the collection bcd.kubernetes: it is linked into ./collections, where
 # ansible.cfg (collections_path) and the tests (tests/conftest.py) find it by that name.
@@ -129,7 +129,38 @@ test-matrix: setup
 	  echo "make test: SKIPPED the ansible-core matrix: $$reason" | tee $(MATRIX_NOTE); \
 	fi
 
-test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix
+# The compatibility scenario (tests/compat, on this venv's ansible-core) on a second Kubernetes
+# release: the rest of make test runs on the newest (the sandbox's default); this takes the one
+# the commit picks in rotation among the older supported ones (sandbox/build.py), so successive
+# commits cover them all. Run only when that release is built: a cold build takes about 10
+# minutes on 2 cores, more than make test can spare; it says plainly when it skips, and why; the
+# line also goes to out/kube.txt, which .ci/run prints (and .ci/run builds it when time is left).
+# KUBE_OTHER=1.33 picks one by hand.
+KUBE_NOTE := out/kube.txt
+KUBE_SCENARIO ?= env BCD_MATRIX_CORE=host $(BIN)/pytest $(ORDER) -m compat --durations=15
+test-kube: setup
+	@mkdir -p out
+	@other="$${KUBE_OTHER:-$$($(BIN)/python -m sandbox build --rotation "$$(git rev-parse HEAD 2>/dev/null)")}"; \
+	if [ -z "$$other" ]; then \
+	  echo "make test: SKIPPED the compatibility scenario on a second Kubernetes release: only one is supported" | tee $(KUBE_NOTE); \
+	  exit 0; \
+	fi; \
+	rc=0; reason=$$($(BIN)/python -m sandbox build --check --kube-version "$$other" 2>&1) || rc=$$?; \
+	if [ $$rc -eq 2 ]; then \
+	  echo "make test: SKIPPED the compatibility scenario on Kubernetes $$other: $$reason" | tee $(KUBE_NOTE); \
+	elif [ $$rc -ne 0 ]; then \
+	  echo "kube: KUBE_OTHER=$$other: $$reason" | tee $(KUBE_NOTE); exit 1; \
+	else \
+	  start=$$(date +%s); \
+	  if BCD_COMPAT_KUBE=$$other $(KUBE_SCENARIO); then \
+	    echo "kube: the compatibility scenario on Kubernetes $$other: passed in $$(( $$(date +%s) - start ))s" | tee $(KUBE_NOTE); \
+	  else \
+	    echo "kube: the compatibility scenario on Kubernetes $$other FAILED after $$(( $$(date +%s) - start ))s" | tee $(KUBE_NOTE); \
+	    exit 1; \
+	  fi; \
+	fi
+
+test: lint docs test-unit test-sandbox test-molecule test-kind test-matrix test-kube
 
 # make test-long: first its part of the ansible-core matrix (test-long-matrix), then the long
 # tests, in the order TEST_SEED picks, as make test's (each long scenario starts from the
@@ -146,6 +177,7 @@ MATRIX_LONG_SCENARIO_CORES ?= 2.20 2.22
 MATRIX_LONG_UNIT_TESTS ?= tests/unit/plugins
 test-long: setup
 	@rc=0; $(MAKE) --no-print-directory test-long-matrix || rc=1; \
+	$(MAKE) --no-print-directory test-long-kube || rc=1; \
 	$(BIN)/pytest $(ORDER) -m long || rc=1; \
 	exit $$rc
 
@@ -167,6 +199,22 @@ test-long-matrix: setup
 	else \
 	  echo "make test-long: SKIPPED the ansible-core matrix: $$reason"; \
 	fi
+
+# make test-long's part of the Kubernetes matrix: the compatibility scenario on every supported
+# release that is built (each cold one skipped, saying why; python -m sandbox build --kube-version
+# all builds them, about 10 minutes each on 2 cores). The kind scenario (make test) runs the newest.
+test-long-kube: setup
+	@start=$$(date +%s); rc=0; ran=""; \
+	for v in $$($(BIN)/python -m sandbox build --list); do \
+	  if reason=$$($(BIN)/python -m sandbox build --check --kube-version $$v 2>&1); then \
+	    BCD_COMPAT_KUBE=$$v $(KUBE_SCENARIO) || { echo "kube: the compatibility scenario on Kubernetes $$v FAILED"; rc=1; }; \
+	    ran="$$ran $$v"; \
+	  else \
+	    echo "make test-long: SKIPPED the compatibility scenario on Kubernetes $$v: $$reason"; \
+	  fi; \
+	done; \
+	echo "kube: the compatibility scenario on Kubernetes$${ran:- (none built)}: $$([ $$rc = 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start ))s"; \
+	exit $$rc
 
 # the documentation site, into out/docs (scripts/build_site.py): antsibull-docs' pages of the modules,
 # roles and changelog, a page per playbook, the guides (README, docs/*.md, sandbox/README.md), rendered by Sphinx.

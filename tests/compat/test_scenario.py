@@ -6,7 +6,10 @@ ansible-core line): each playbook runs as ``python -m sandbox pyroot run --core 
 ansible-playbook -i inventories/sandbox ...`` from the repository root (default line 2.21). With
 ``BCD_MATRIX_CORE=host`` the same scenario runs on this checkout's own venv (2.19 on Python 3.11
 here), the baseline the other lines are held to. Skipped, with ``pyroot check``'s reason, when the
-root is not built; a line the root has no venv for fails.
+root is not built; a line the root has no venv for fails. The sandbox runs the Kubernetes release
+``BCD_COMPAT_KUBE`` names (``1.33``; default: the sandbox's, ``SANDBOX_KUBE_VERSION`` or the
+newest), built into the cache first if it is not (``make test`` and ``make test-long`` run it only
+on built releases).
 
 In order, one module fixture runs: the first adoption (at ``-vvvv --diff``), the same again with
 nothing to do, a rollout to a new digest, a rollout to a ``dead...`` digest that the canary's gate
@@ -39,6 +42,7 @@ from tests.secrets_scan import find_in_text
 pytestmark = [pytest.mark.compat, pytest.mark.sandbox]
 
 CORE = os.environ.get("BCD_MATRIX_CORE", "2.21")
+KUBE = os.environ.get("BCD_COMPAT_KUBE") or None  # a Kubernetes minor release; None: the sandbox's default
 SANDBOX_DIR = ROOT / ".sandbox-compat"
 HOST = "sandbox"  # the inventory's cluster
 REPO = "registry.example.com/better-compute/bcd"
@@ -160,7 +164,7 @@ def compat_sandbox(request):
         if sb.state_or_none() is not None:
             sb.down()
         try:
-            sb.up()
+            sb.up(kube_version=KUBE)
         except BaseException:
             sb.down()
             raise
@@ -270,6 +274,17 @@ def test_the_scenario_ran_on_the_ansible_core_it_names(scenario):
 
         assert f"[core {pyroot.CORES[CORE]}]" in done.stdout, done.stdout
         assert "python version = 3.13." in done.stdout, done.stdout
+
+
+def test_the_scenario_ran_on_the_kubernetes_it_names(compat_sandbox):
+    from kubernetes import client
+
+    from sandbox import build
+
+    # the API server's own answer, not the sandbox's record of what it started
+    with compat_sandbox.api_client() as api:
+        served = client.VersionApi(api).get_code()
+    assert served.git_version == "v" + build.pinned_version("kube", build.K8S, build.kube_minor(KUBE)), served
 
 
 def test_first_adoption(scenario):

@@ -13,12 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0, crio_rc: int = 0,
+def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0, crio_rc: int = 0, kube_rc: int = 0,
         **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run a copy of .ci/run in ``tmp_path``: `kind check` exits ``kind_rc``, `pyroot check`
-    ``root_rc``, `crio check` ``crio_rc``; the step named in ``fail`` (a make target,
-    ``kind-build``, ``pyroot-build``, ``crio-build`` or ``crio-test``) exits 1. Returns the run
-    and the logged calls."""
+    ``root_rc``, `crio check` ``crio_rc``, `build --check` (the second Kubernetes release, 1.33)
+    ``kube_rc``; the step named in ``fail`` (a make target, ``kind-build``, ``pyroot-build``,
+    ``crio-build``, ``kube-build`` or ``crio-test``) exits 1. Returns the run and the logged calls."""
     (tmp_path / ".ci").mkdir()
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
     log = tmp_path / "calls.log"
@@ -39,6 +39,9 @@ def _ci(tmp_path: Path, kind_rc: int, fail: str = "", root_rc: int = 0, crio_rc:
         f'[ "$3 $4" = "pyroot check" ] && {{ echo "pyroot: cannot be built here: not root"; exit {root_rc}; }}\n'
         f'[ "$3 $4" = "crio check" ] && {{ echo "crio: not warm: CRI-O 1.36.3 not built"; exit {crio_rc}; }}\n'
         f'[ "$4" = build ] && [ "{fail}" = "$3-build" ] && exit 1\n'
+        '[ "$3 $4" = "build --rotation" ] && { echo 1.33; exit 0; }\n'
+        f'[ "$3 $4" = "build --check" ] && exit {kube_rc}\n'
+        f'[ "$3 $4" = "build --kube-version" ] && [ "{fail}" = kube-build ] && exit 1\n'
         "exit 0\n")
     (venv / "pytest").write_text(
         "#!/bin/bash\n"
@@ -61,7 +64,8 @@ def test_cold_kind_cache_builds_and_runs_the_scenario_before_the_long_tests(tmp_
     assert done.returncode == 0, done.stderr
     assert [c for c in calls if not c.startswith("deadline")] == [
         "make test", "python -m sandbox pyroot check", "python -m sandbox kind check",
-        "python -m sandbox kind build", "make test-kind", "python -m sandbox crio check", "make test-long"]
+        "python -m sandbox kind build", "make test-kind", "python -m sandbox build --rotation ",
+        "python -m sandbox build --check --kube-version 1.33", "python -m sandbox crio check", "make test-long"]
     assert "ci: kind build took 0m0" in done.stdout and "ci: molecule scenario kind took 0m0" in done.stdout
     assert "ci: timings: make test 0m0" in done.stdout and "kind build 0m0" in done.stdout
     # the long tests' deadline keeps LONG_TAIL_MINUTES (15) of the 90 free
@@ -168,3 +172,38 @@ def test_a_failed_crio_build_or_differential_test_fails_the_job_after_the_rest_r
     named = {"crio-build": "crio build", "crio-test": "CRI-O differential test"}[fail]
     assert f"ci: FAILED: {named}" in done.stderr
     assert (CRIO_TEST in calls) == (fail == "crio-test") and "make test-long" in calls
+
+
+def test_an_unbuilt_second_kubernetes_release_is_built_and_its_scenario_run(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=0, kube_rc=2)
+    assert done.returncode == 0, done.stderr
+    build = calls.index("python -m sandbox build --kube-version 1.33")
+    assert calls[build + 1] == "make test-kube", calls
+    assert calls.index("make test-kube") < calls.index("make test-long"), calls
+    assert "(at least 16): building Kubernetes 1.33, then the compatibility scenario on it" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("kube_rc", [0, 1])
+def test_no_kubernetes_build_when_built_or_when_the_check_fails(tmp_path, kube_rc):
+    done, calls = _ci(tmp_path, kind_rc=0, kube_rc=kube_rc)
+    assert "python -m sandbox build --kube-version 1.33" not in calls and "make test-kube" not in calls
+    # a check that cannot answer is a failure of the job, not a skip
+    assert done.returncode == (0 if kube_rc == 0 else 1), done.stderr
+    if kube_rc:
+        assert "Kubernetes 1.33 check" in done.stderr, done.stderr
+
+
+def test_too_little_time_left_skips_the_kubernetes_build_and_says_so(tmp_path):
+    done, calls = _ci(tmp_path, kind_rc=0, kube_rc=2, CI_MINUTES="10")
+    assert done.returncode == 0, done.stderr
+    assert "python -m sandbox build --kube-version 1.33" not in calls and "make test-kube" not in calls
+    assert ("ci: Kubernetes 1.33 is not built and only 10 min are left (under 16): its build and the compatibility "
+            "scenario on it skipped") in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("fail", ["kube-build", "test-kube"])
+def test_a_failed_kubernetes_build_or_scenario_fails_the_job_after_the_rest_ran(tmp_path, fail):
+    done, calls = _ci(tmp_path, kind_rc=0, kube_rc=2, fail=fail)
+    assert done.returncode == 1
+    assert "make test-long" in calls, calls
+    assert "ci: FAILED:" in done.stderr and "Kubernetes 1.33" in done.stderr, done.stderr
