@@ -224,12 +224,31 @@ def _toolkit_install_dir(settings: dict, policies) -> dict | None:
     return {"dir": directory, "findings": findings}
 
 
+def _dra_api(kube: Kube, gpu_api: str, slice_api: str | None) -> list[dict]:
+    """With ``bcd_gpu_api: dra``, a readiness finding when the API server serves no
+    ``resource.k8s.io`` version (Kubernetes 1.32 and 1.33 serve it only when turned on; 1.34 and
+    later by default): bcd's DRA driver could publish no ResourceSlice there."""
+    if gpu_api != "dra" or slice_api:
+        return []
+    version = (kube.request("GET", "/version") or {}).get("gitVersion") or "of unknown version"
+    return [finding(
+        NOT_READY, "dra-api", "resource.k8s.io",
+        f"bcd_gpu_api is dra, but this API server (Kubernetes {version}) serves no resource.k8s.io API "
+        f"({', '.join(SLICE_VERSIONS)}): bcd's DRA driver could publish no ResourceSlice, and no pod could claim "
+        "a GPU through it.",
+        "set bcd_gpu_api: device-plugin, or turn DRA on: from Kubernetes 1.34 it is served by default; on 1.32 and "
+        "1.33 start the API server with --runtime-config=resource.k8s.io/v1beta1=true (and v1beta2 on 1.33) and "
+        "the DynamicResourceAllocation feature gate on every component",
+    )]
+
+
 def run_cluster(module) -> None:
     settings = load_settings(module)
     try:
         kube = Kube(api_client(settings["kubeconfig"], settings["kube_context"]))
         cluster = _read_cluster(kube, settings["label_selector"])
         handler, class_findings, handler_source = _runtime_class(kube, settings["runtime_class"])
+        class_findings = [*class_findings, *_dra_api(kube, settings["gpu_api"], cluster["slice_api"])]
     except KubeError as exc:
         module.fail_json(msg=f"GPU isolation check: {exc}")
         return
