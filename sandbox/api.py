@@ -170,8 +170,10 @@ class Sandbox:
                 cluster.mark_pods_not_ready(core, name)
 
             hold()
-            # a heartbeat KWOK queued before it saw the annotation can still write Ready back (seen
-            # with 1,000 nodes under load): hold until the Node has stayed NotReady for HOLD_SETTLE
+            # A heartbeat KWOK queued before it saw the annotation is refused by the API server
+            # (manifests/node-hold-policy.yaml) once that policy is in force; until the API server
+            # has loaded it (a second after up), such a write can land: hold until the Node has
+            # stayed NotReady for HOLD_SETTLE
             deadline, settled = time.monotonic() + HOLD_TIMEOUT, time.monotonic() + HOLD_SETTLE
             while time.monotonic() < settled:
                 if time.monotonic() > deadline:

@@ -532,7 +532,8 @@ def ensure_rbac(sdir: Path) -> None:
 
 
 def ensure_objects(sdir: Path) -> None:
-    """RuntimeClass ``nvidia``, the ClusterPolicy CRD and ``cluster-policy``, created when absent.
+    """RuntimeClass ``nvidia``, the ClusterPolicy CRD and ``cluster-policy``, and the admission
+    policy that keeps a held Node NotReady (``manifests/node-hold-policy.yaml``), created when absent.
 
     An existing object is left as it is (tests and playbooks change the ClusterPolicy).
     """
@@ -541,6 +542,10 @@ def ensure_objects(sdir: Path) -> None:
     api = api_client(sdir)
     with api:
         _create(api, client.NodeV1Api(api).create_runtime_class, _manifest("runtimeclass.yaml")[0])
+        admission = client.AdmissionregistrationV1Api(api)
+        hold_policy, hold_binding = _manifest("node-hold-policy.yaml")
+        _create(api, admission.create_validating_admission_policy, hold_policy)
+        _create(api, admission.create_validating_admission_policy_binding, hold_binding)
         ext = client.ApiextensionsV1Api(api)
         crd = _manifest("clusterpolicy-crd.yaml")[0]
         _create(api, ext.create_custom_resource_definition, crd)
