@@ -340,6 +340,12 @@ def resolve(names: list[str] | None = None, *, force: bool = False, say=None,
     minor = minor or kube_minor()
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     wanted = [BY_NAME[n] for n in (names or [b.name for b in BINARIES])]
+    if not force:
+        # all found: no need to wait for the cache's lock, which a build of another release holds
+        # for ten minutes
+        ready = {b.name: _found(b, say, minor) for b in wanted}
+        if all(ready.values()):
+            return ready
     found: dict[str, Path] = {}
     with _lock():
         missing: list[Binary] = []

@@ -286,6 +286,9 @@ def argv(name: str, sdir: Path, state: dict[str, Any]) -> list[str]:
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
             f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
+            # 1.37 refuses a loopback address as the endpoint of the `kubernetes` Service; nothing
+            # here reaches the API server through that Service (the Service itself is still made)
+            "--endpoint-reconciler-type=none",
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
