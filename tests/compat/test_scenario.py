@@ -12,13 +12,15 @@ newest), built into the cache first if it is not (``make test`` and ``make test-
 on built releases).
 
 In order, one module fixture runs: the first adoption (at ``-vvvv --diff``), the same again with
-nothing to do, a rollout to a new digest, a rollout to a ``dead...`` digest that the canary's gate
+nothing to do, the same once more under a ValidatingAdmissionPolicy that denies bcd's privileged
+pods (refused by the preflight's dry run, before the lock and any token; the policy is then
+removed), a rollout to a new digest, a rollout to a ``dead...`` digest that the canary's gate
 fails and rollout.yml rolls back, audit.yml with its JSON, JUnit and Prometheus outputs,
 doctor.yml (on the cluster, then on held node files of tests/fixtures/gpu-isolation), render.yml,
 add-nodes.yml for a Node added after adoption and release-cluster.yml. Each test then judges
-one step from what the fixture recorded (exit status, recap, output, reports, the fleet right
-after it), so they pass in any order; the last one greps all of it for the API key and every join
-token the control plane minted.
+one step from what the fixture recorded (exit status, recap, output, reports, the cluster right
+before and after it), so they pass in any order; the last one greps all of it for the API key and
+every join token the control plane minted.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import xmlschema
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import ROOT, VENV_BIN, image, pods, ready, recap
+from tests.integration.test_admission import PRIVILEGED, policy
 from tests.secrets_scan import find_in_text
 
 pytestmark = [pytest.mark.compat, pytest.mark.sandbox]
@@ -58,6 +61,10 @@ CASES = ROOT / "tests" / "fixtures" / "gpu-isolation"
 HELD = {"02-containerd-v2-nvidia-toolkit-false": "isolated", "01-containerd-v2-nvidia-no-toolkit-config": "exposed",
         "08-invalid-toml": "unverifiable"}
 SOME = "some"  # a recap counter above zero
+NS = "bcd-system"
+# a policy that denies privileged pods in bcd's namespace: bcd's pod is privileged
+POLICY = "bcd-compat-deny-privileged"
+DENIED = "privileged pods are not allowed in bcd-system"
 
 # What each step gives on every line: its exit status (0, or "not 0") and the cluster's recap
 # counters, as on the host's 2.19, where the integration tests hold the same playbooks to them
@@ -66,6 +73,7 @@ SOME = "some"  # a recap counter above zero
 EXPECTED = {
     "adopt":        {"rc": 0, "changed": SOME, "failed": 0},
     "re-adopt":     {"rc": 0, "changed": 0, "failed": 0},
+    "adopt-denied": {"rc": "not 0", "changed": 0, "failed": SOME},
     "rollout":      {"rc": 0, "changed": SOME, "failed": 0},
     "rollout-dead": {"rc": "not 0", "changed": SOME, "failed": SOME},
     "audit":        {"rc": 0, "changed": 0, "failed": 0},
@@ -127,6 +135,35 @@ def play(core: str, sdir: Path, name: str, playbook: str, *args: str, files: dic
 def fleet(sb) -> dict[str, tuple[str, bool]]:
     """node -> (the bcd pod's image, Ready) for every bcd pod."""
     return {node: (image(p), ready(p)) for node, p in pods(sb).items()}
+
+
+def written(sb) -> dict[str, str]:
+    """kind/name -> resourceVersion of bcd's Namespace and every ConfigMap, DaemonSet, Secret
+    (the join token's) and Lease (the lock) in it: all a run writes there."""
+    ns = json.loads(sb.kubectl("get", "namespace", NS, "-o", "json").stdout)
+    listed = sb.kubectl("get", "-n", NS, "configmaps,daemonsets,secrets,leases", "-o", "json")
+    items = json.loads(listed.stdout)["items"]
+    return {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in [ns, *items]}
+
+
+def denies(sb) -> bool:
+    """Whether the API server enforces POLICY now: a server-side dry run of a privileged pod in
+    bcd's namespace is refused, naming it (a policy is enforced, and lifted, a moment after its
+    apply or delete)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bcd-compat-policy-probe", "namespace": NS},
+           "spec": {"containers": [{"name": "c", "image": GOOD, "securityContext": {"privileged": True}}]}}
+    done = sb.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    return done.returncode != 0 and f"ValidatingAdmissionPolicy '{POLICY}'" in done.stderr
+
+
+def until(what, timeout: float = 30) -> bool:
+    """Whether ``what()`` came true within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def say(request, line: str) -> None:
@@ -206,6 +243,16 @@ def scenario(request, compat_sandbox, tmp_path_factory):
     steps["adopt"].after = {"fleet": fleet(sb), "tokens": tokens(), "gpu": sb.gpu_node_names()}
     run("re-adopt", "adopt-cluster.yml")
     steps["re-adopt"].after = {"tokens": tokens()}
+
+    # the preflight's dry-run create meets the policy: refused before the lock and any token
+    before = {"objects": written(sb), "tokens": tokens()}
+    with policy(sb, POLICY, PRIVILEGED, DENIED):
+        enforced = until(lambda: denies(sb))
+        run("adopt-denied", "adopt-cluster.yml")
+        after = {"objects": written(sb), "tokens": tokens()}
+    # the steps after it create pods: the policy must be gone first
+    after["lifted"] = until(lambda: not denies(sb))
+    steps["adopt-denied"].after = {**after, "before": before, "enforced": enforced}
 
     report = out / "rollout.json"
     run("rollout", "rollout.yml", "-e", f"bcd_image={GOOD}", *GATE, "-e", f"bcd_report_out={report}",
@@ -302,6 +349,26 @@ def test_re_adoption_has_nothing_to_do(scenario):
     judge(step)
     assert "nothing to do, no token minted" in step.flat, step.tail()
     assert len(step.after["tokens"]) == 1, "no token minted"
+
+
+def test_an_admission_policy_refuses_adoption_before_anything_changes(scenario):
+    step = scenario["steps"]["adopt-denied"]
+    assert step.after["enforced"], f"the API server did not enforce ValidatingAdmissionPolicy {POLICY} within 30s"
+    judge(step)
+    # the API server's own words and the fix, from the preflight's dry run: not a wait's timeout
+    assert "(a dry-run create of pod bcd-admission-probe for Node " in step.flat, step.tail()
+    assert f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: {DENIED}" in step.flat, \
+        step.tail()
+    assert f"Fix: ValidatingAdmissionPolicy {POLICY} (binding {POLICY}) refuses bcd's pod: exclude namespace {NS}" \
+        in step.flat, step.tail()
+    assert "The DaemonSet was not applied and no token minted" in step.flat, step.tail()
+    assert "Traceback" not in step.stdout + step.stderr, step.tail()
+    before = step.after["before"]
+    assert {"Namespace/bcd-system", "ConfigMap/bcd-config", "DaemonSet/bcd"} <= set(before["objects"]), before
+    assert step.after["objects"] == before["objects"], "nothing in bcd's namespace changed"
+    assert [t["id"] for t in step.after["tokens"]] == [t["id"] for t in before["tokens"]], "no token minted"
+    assert all(t["revokedAt"] for t in step.after["tokens"]), step.after["tokens"]
+    assert step.after["lifted"], f"ValidatingAdmissionPolicy {POLICY} still enforced 30s after its removal"
 
 
 def test_a_rollout_to_a_new_digest(scenario):
