@@ -16,11 +16,13 @@ nothing to do, the same once more under a ValidatingAdmissionPolicy that denies 
 pods (refused by the preflight's dry run, before the lock and any token; the policy is then
 removed), a rollout to a new digest, a rollout to a ``dead...`` digest that the canary's gate
 fails and rollout.yml rolls back, audit.yml with its JSON, JUnit and Prometheus outputs,
-doctor.yml (on the cluster, then on held node files of tests/fixtures/gpu-isolation), render.yml,
-add-nodes.yml for a Node added after adoption and release-cluster.yml. Each test then judges
-one step from what the fixture recorded (exit status, recap, output, reports, the cluster right
-before and after it), so they pass in any order; the last one greps all of it for the API key and
-every join token the control plane minted.
+audit.yml again once another field manager set a field of the DaemonSet's pods (the drift
+named), the rollout.yml its fix names (restoring the render), doctor.yml (on the cluster, then
+on held node files of tests/fixtures/gpu-isolation), render.yml, add-nodes.yml for a Node added
+after adoption and release-cluster.yml. Each test then judges one step from what the fixture
+recorded (exit status, recap, output, reports, the cluster right before and after it), so they
+pass in any order; the last one greps all of it for the API key and every join token the control
+plane minted.
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ NS = "bcd-system"
 # a policy that denies privileged pods in bcd's namespace: bcd's pod is privileged
 POLICY = "bcd-compat-deny-privileged"
 DENIED = "privileged pods are not allowed in bcd-system"
+# another field manager (a tool's kubectl patch) sets a field of the pod template bcd renders
+FOREIGN = "hostpid-tool"
+HOST_PID = {"spec": {"template": {"spec": {"hostPID": True}}}}
 
 # What each step gives on every line: its exit status (0, or "not 0") and the cluster's recap
 # counters, as on the host's 2.19, where the integration tests hold the same playbooks to them
@@ -77,6 +82,8 @@ EXPECTED = {
     "rollout":      {"rc": 0, "changed": SOME, "failed": 0},
     "rollout-dead": {"rc": "not 0", "changed": SOME, "failed": SOME},
     "audit":        {"rc": 0, "changed": 0, "failed": 0},
+    "audit-drift":  {"rc": "not 0", "changed": 0, "failed": SOME},
+    "restore":      {"rc": 0, "changed": SOME, "failed": 0},
     "doctor":       {"rc": 0, "changed": 0, "failed": 0},
     "doctor-held":  {"rc": "not 0", "changed": 0, "failed": SOME},
     "render":       {"rc": 0, "changed": SOME, "failed": 0},
@@ -137,6 +144,11 @@ def fleet(sb) -> dict[str, tuple[str, bool]]:
     return {node: (image(p), ready(p)) for node, p in pods(sb).items()}
 
 
+def daemonset(sb) -> dict:
+    """bcd's DaemonSet as the API server has it, with its managedFields (kubectl leaves them out)."""
+    return json.loads(sb.kubectl("get", "daemonset", "-n", NS, "bcd", "-o", "json", "--show-managed-fields").stdout)
+
+
 def written(sb) -> dict[str, str]:
     """kind/name -> resourceVersion of bcd's Namespace and every ConfigMap, DaemonSet, Secret
     (the join token's) and Lease (the lock) in it: all a run writes there."""
@@ -164,6 +176,18 @@ def until(what, timeout: float = 30) -> bool:
             return False
         time.sleep(0.5)
     return True
+
+
+def owners(obj: dict, *field: str) -> list[str]:
+    """The field managers that own ``field`` (a path of names) of ``obj``."""
+    found = []
+    for entry in obj["metadata"].get("managedFields") or []:
+        tree = entry.get("fieldsV1") or {}
+        for name in field:
+            tree = tree.get(f"f:{name}") if isinstance(tree, dict) else None
+        if tree is not None:
+            found.append(entry["manager"])
+    return sorted(found)
 
 
 def say(request, line: str) -> None:
@@ -267,6 +291,18 @@ def scenario(request, compat_sandbox, tmp_path_factory):
     files = {"report": out / "audit.json", "junit": out / "audit.xml", "metrics": out / "bcd_audit.prom"}
     run("audit", "audit.yml", "-e", f"bcd_image={GOOD}", "-e", f"bcd_report_out={files['report']}",
         "-e", f"bcd_junit_out={files['junit']}", "-e", f"bcd_metrics_out={files['metrics']}", files=files)
+
+    # a field of the pod template set by another field manager; the pods roll to it before the audit
+    sb.kubectl("-n", NS, "patch", "daemonset", "bcd", f"--field-manager={FOREIGN}", "-p", json.dumps(HOST_PID))
+    sb.kubectl("rollout", "status", "daemonset/bcd", "-n", NS, "--timeout=240s", timeout=260)
+    report = out / "drift.json"
+    run("audit-drift", "audit.yml", "-e", f"bcd_image={GOOD}", "-e", f"bcd_report_out={report}",
+        files={"report": report})
+    steps["audit-drift"].after = {"daemonset": daemonset(sb)}
+    report = out / "restore.json"
+    run("restore", "rollout.yml", "-e", f"bcd_image={GOOD}", *GATE, "-e", f"bcd_report_out={report}",
+        files={"report": report})
+    steps["restore"].after = {"fleet": fleet(sb), "daemonset": daemonset(sb)}
 
     report = out / "doctor.json"
     run("doctor", "doctor.yml", "-e", f"bcd_report_out={report}", files={"report": report})
@@ -406,6 +442,28 @@ def test_audit_passes_with_json_junit_and_metrics(scenario):
     families = {f.name: f for f in text_string_to_metric_families(step.files["metrics"])}
     samples = families["bcd_audit_check_ok"].samples
     assert len(samples) == len(results) and all(s.value == 1 for s in samples)
+
+
+def test_a_field_another_manager_set_fails_the_audit_and_its_fix_restores_it(scenario):
+    step = scenario["steps"]["audit-drift"]
+    judge(step)
+    results = json.loads(step.files["report"])["clusters"][HOST]["results"]
+    assert [(r["check"], r["node"]) for r in results if not r["ok"]] == [("drift-daemonset", "")], step.tail()
+    lines = next(r["message"] for r in results if r["check"] == "drift-daemonset").splitlines()
+    assert f"spec.template.spec.hostPID: live true, rendered false; field manager(s) {FOREIGN}" in lines, lines
+    assert any(x.startswith("fix: ansible-playbook rollout.yml ") for x in lines), lines
+    assert "drift-daemonset failed" in step.flat, step.tail()
+    # the fix the audit names: the render is back, the field bcd-ansible's again, the fleet Ready on it
+    restore = scenario["steps"]["restore"]
+    judge(restore)
+    summary = json.loads(restore.files["report"])
+    assert summary["result"] == "succeeded", summary
+    drifted, ds = step.after["daemonset"], restore.after["daemonset"]
+    assert drifted["spec"]["template"]["spec"].get("hostPID") is True, drifted["spec"]["template"]["spec"]
+    assert owners(drifted, "spec", "template", "spec", "hostPID") == [FOREIGN], drifted["metadata"]["managedFields"]
+    assert not ds["spec"]["template"]["spec"].get("hostPID"), ds["spec"]["template"]["spec"]
+    assert owners(ds, "spec", "template", "spec", "hostPID") == ["bcd-ansible"], ds["metadata"]["managedFields"]
+    assert set(restore.after["fleet"].values()) == {(GOOD, True)}, restore.after["fleet"]
 
 
 def test_doctor_on_the_cluster_and_on_held_node_files(scenario):
