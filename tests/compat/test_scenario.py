@@ -18,7 +18,8 @@ removed), a rollout to a new digest, a rollout to a ``dead...`` digest that the 
 fails and rollout.yml rolls back, audit.yml with its JSON, JUnit and Prometheus outputs,
 audit.yml again once another field manager set a field of the DaemonSet's pods (the drift
 named), the rollout.yml its fix names (restoring the render), doctor.yml (on the cluster, then
-on held node files of tests/fixtures/gpu-isolation), render.yml, add-nodes.yml for a Node added
+on held node files of tests/fixtures/gpu-isolation, then with ``bcd_gpu_api: dra``, which a
+release that serves no ``resource.k8s.io`` refuses naming its version), render.yml, add-nodes.yml for a Node added
 after adoption and release-cluster.yml. Each test then judges one step from what the fixture
 recorded (exit status, recap, output, reports, the cluster right before and after it), so they
 pass in any order; the last one greps all of it for the API key and every join token the control
@@ -86,6 +87,8 @@ EXPECTED = {
     "restore":      {"rc": 0, "changed": SOME, "failed": 0},
     "doctor":       {"rc": 0, "changed": 0, "failed": 0},
     "doctor-held":  {"rc": "not 0", "changed": 0, "failed": SOME},
+    # not isolated in either case (the sandbox's ClusterPolicy runs the GPU operator's device plugin)
+    "doctor-dra":   {"rc": "not 0", "changed": 0, "failed": SOME},
     "render":       {"rc": 0, "changed": SOME, "failed": 0},
     "add-nodes":    {"rc": 0, "changed": SOME, "failed": 0},
     "release":      {"rc": 0, "changed": SOME, "failed": 0},
@@ -314,6 +317,8 @@ def scenario(request, compat_sandbox, tmp_path_factory):
     run("doctor-held", "doctor.yml", "-e", json.dumps({"bcd_node_roots": roots}), "-e", f"bcd_report_out={report}",
         files={"report": report})
     steps["doctor-held"].after = {"held": {node: HELD[case] for node, case in held.items()}}
+    report = out / "doctor-dra.json"
+    run("doctor-dra", "doctor.yml", "-e", "bcd_gpu_api=dra", "-e", f"bcd_report_out={report}", files={"report": report})
 
     rendered = out / "render.json"
     run("render", "render.yml", "-e", f"bcd_render_out={rendered}", files={"render": rendered})
@@ -474,6 +479,27 @@ def test_doctor_on_the_cluster_and_on_held_node_files(scenario):
     judge(held)
     verdicts = {n["name"]: n["verdict"] for n in json.loads(held.files["report"])["nodes"]}
     assert {n: verdicts.get(n) for n in held.after["held"]} == held.after["held"], held.tail()
+
+
+def test_dra_is_refused_where_the_api_server_serves_no_resource_k8s_io(scenario, compat_sandbox):
+    from kubernetes import client
+
+    step = scenario["steps"]["doctor-dra"]
+    judge(step)
+    # what the API server itself serves, not what its version number suggests
+    with compat_sandbox.api_client() as api:
+        served = any(g.name == "resource.k8s.io" for g in client.ApisApi(api).get_api_versions().groups)
+        version = client.VersionApi(api).get_code().git_version
+    report = json.loads(step.files["report"])
+    refused = [f for n in report["nodes"] for f in n.get("readiness") or [] if f["check"] == "dra-api"]
+    if served:
+        assert not refused, refused
+        assert report["resource_slices"].startswith("resource.k8s.io/"), report["resource_slices"]
+    else:
+        assert len(refused) == len(report["nodes"]) > 0, report["nodes"]
+        assert f"this API server (Kubernetes {version}) serves no resource.k8s.io API" in refused[0]["message"]
+        assert "set bcd_gpu_api: device-plugin" in refused[0]["fix"]
+        assert f"(Kubernetes {version}) serves no resource.k8s.io" in step.flat, step.tail()
 
 
 def test_render_gives_what_the_hosts_ansible_core_gives(scenario):
