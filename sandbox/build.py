@@ -8,7 +8,7 @@ Pins: each wrapper module's ``go.mod`` (with its ``go.sum``) is the one source o
 Kubernetes versions: one wrapper module per supported minor release (``kube-1.33`` ... ``kube-1.37``;
 ``node-<minor>`` for the kind test bed's node binaries). ``SANDBOX_KUBE_VERSION`` picks one (``1.33``
 or its pinned release ``1.33.4``); the newest is the default (:func:`kube_minor`). Their binaries
-are cached per version (``kube-apiserver-1.33.4``), so switching versions never rebuilds.
+are cached per version (``kubernetes-1.33.4/kube-apiserver``), so switching versions never rebuilds.
 
 Where a binary comes from, first match wins (:func:`resolve`):
 
@@ -17,8 +17,8 @@ Where a binary comes from, first match wins (:func:`resolve`):
    ``SANDBOX_KWOK``) when its version output names the pinned version;
 2. the same name on ``PATH`` when its version matches;
 3. the cache ``$XDG_CACHE_HOME/bcd-ansible/bin`` (default ``~/.cache/bcd-ansible/bin``) when the
-   binary's stamp (``<name>.stamp``, ``<name>-<version>.stamp`` for Kubernetes: version and a digest
-   of go.mod, go.sum and ldflags) matches;
+   binary's stamp (``<name>.stamp``, in ``kubernetes-<version>/`` for Kubernetes: version and a
+   digest of go.mod, go.sum and ldflags) matches;
 4. otherwise it is built into the cache with ``go build`` (CGO_ENABLED=0, -trimpath, version
    ldflags) through the Go module proxy. The cold build of the Kubernetes binaries takes about ten
    minutes on two cores; progress is printed every 30 seconds.
@@ -147,8 +147,10 @@ def module_dir_name(module: str, minor: str | None = None) -> str:
 
 
 def cache_name(binary: Binary, minor: str | None = None) -> str:
-    """The binary's file name in the cache: ``kube-apiserver-1.37.2`` for a versioned one."""
-    return f"{binary.name}-{version_of(binary, minor)}" if binary.versioned else binary.name
+    """The binary's path under the cache: ``kubernetes-1.37.2/kube-apiserver`` for a versioned one.
+    A directory per release, not a suffixed name: kubectl names itself after its file in the
+    User-Agent it sends (``kubectl/v1.37.2``), and process names stay the tools' own."""
+    return f"kubernetes-{version_of(binary, minor)}/{binary.name}" if binary.versioned else binary.name
 
 
 def cache_dir() -> Path:
@@ -320,6 +322,7 @@ def _go_build(module: str, binaries: list[Binary], say, minor: str | None = None
             raise BuildError(f"sandbox build: go build of {names} failed (exit {rc}); the end of {log_path}:\n{tail}")
         for b in binaries:
             dest = cached_path(b, minor)
+            dest.parent.mkdir(parents=True, exist_ok=True)
             stamp = dest.with_name(dest.name + ".stamp")
             stamp.unlink(missing_ok=True)
             (tmp / _go_output_name(b.package)).replace(dest)

@@ -66,7 +66,7 @@ def test_a_release_is_picked_by_its_minor_or_its_pinned_patch(monkeypatch):
     monkeypatch.setenv("SANDBOX_KUBE_VERSION", "1.35")
     assert build.kube_minor() == "1.35"
     assert build.version_of(build.BY_NAME["kube-apiserver"]) == "1.35.4"
-    assert build.cache_name(build.BY_NAME["kube-apiserver"]) == "kube-apiserver-1.35.4"
+    assert build.cache_name(build.BY_NAME["kube-apiserver"]) == "kubernetes-1.35.4/kube-apiserver"
     assert build.cache_name(build.BY_NAME["kwok"]) == "kwok"  # not per release
 
 
@@ -93,8 +93,8 @@ def test_each_release_is_cached_under_its_own_name(cache):
     for minor in ("1.33", "1.37"):
         path = fake_binary(build.cached_path(api, minor), "not run")
         path.with_name(path.name + ".stamp").write_text(build._stamp_key(api, minor) + "\n")
-    assert build._cached(api, "1.33") == cache / "kube-apiserver-1.33.4"
-    assert build._cached(api, "1.37") == cache / f"kube-apiserver-{build.pinned_version('kube', build.K8S, '1.37')}"
+    assert build._cached(api, "1.33") == cache / "kubernetes-1.33.4" / "kube-apiserver"
+    assert build._cached(api, "1.37") == cache / f"kubernetes-{build.pinned_version('kube', build.K8S, '1.37')}" / api.name
     assert build._cached(api, "1.35") is None
     assert build.missing(["kube-apiserver"], minor="1.35") == ["kube-apiserver"]
     assert build.missing(["kube-apiserver"], minor="1.33") == []
