@@ -210,8 +210,11 @@ def daemonset(sandbox) -> dict:
 
 
 def pods(sandbox) -> dict[str, dict]:
+    """node -> its bcd pod, for every bound pod not being deleted (a pod the DaemonSet controller
+    has just created is on no node until the scheduler binds it)."""
     items = kget(sandbox, "pods", "-n", "bcd-system", "-l", "app.kubernetes.io/name=bcd")["items"]
-    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+    return {p["spec"]["nodeName"]: p for p in items
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
 
 
 def ready(pod: dict) -> bool:
