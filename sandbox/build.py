@@ -183,9 +183,9 @@ def ldflags(module: str, minor: str | None = None) -> str:
     if module in VERSIONED:
         # sandbox/go/node-<minor> (the kind test bed's kubelet, kubeadm, kube-proxy) pins the same release.
         v = pinned_version(module, K8S, minor)
-        major, minor = v.split(".")[:2]
+        v_major, v_minor = v.split(".")[:2]
         for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-            flags += [f"-X {pkg}.gitVersion=v{v}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
+            flags += [f"-X {pkg}.gitVersion=v{v}", f"-X {pkg}.gitMajor={v_major}", f"-X {pkg}.gitMinor={v_minor}",
                       f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate=1970-01-01T00:00:00Z"]
     elif module == "etcd":
         # etcd's Version is a source constant; GitSHA is the one value its release build stamps.
@@ -239,7 +239,9 @@ def _found(binary: Binary, warn, minor: str | None = None) -> Path | None:
             return Path(env).resolve()
         warn(f"sandbox build: ignoring {binary.env}={env}: its version is not {version_of(binary, minor)}")
     on_path = shutil.which(binary.name)
-    if on_path and Path(on_path).resolve().parent != cache_dir().resolve() and version_matches(binary, on_path, minor):
+    # the cache's own files count only with their stamps (below), also on PATH (`sandbox env`)
+    if on_path and not Path(on_path).resolve().is_relative_to(cache_dir().resolve()) \
+            and version_matches(binary, on_path, minor):
         return Path(on_path).resolve()
     return _cached(binary, minor)
 
@@ -343,17 +345,16 @@ def resolve(names: list[str] | None = None, *, force: bool = False, say=None,
     minor = minor or kube_minor()
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     wanted = [BY_NAME[n] for n in (names or [b.name for b in BINARIES])]
-    if not force:
-        # all found: no need to wait for the cache's lock, which a build of another release holds
-        # for ten minutes
-        ready = {b.name: _found(b, say, minor) for b in wanted}
-        if all(ready.values()):
-            return ready
-    found: dict[str, Path] = {}
+    # all found: no need to wait for the cache's lock, which a build of another release holds
+    # for ten minutes
+    found = {} if force else {b.name: _found(b, say, minor) for b in wanted}
+    if not force and all(found.values()):
+        return found
     with _lock():
         missing: list[Binary] = []
         for b in wanted:
-            path = None if force else _found(b, say, minor)
+            # what was missing is looked for again under the lock: another run may have built it
+            path = None if force else found[b.name] or _found(b, lambda _msg: None, minor)
             if path:
                 found[b.name] = path
             else:

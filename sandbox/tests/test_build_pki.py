@@ -100,6 +100,15 @@ def test_each_release_is_cached_under_its_own_name(cache):
     assert build.missing(["kube-apiserver"], minor="1.33") == []
 
 
+def test_an_unstamped_release_binary_of_the_cache_on_path_is_not_used(cache, monkeypatch):
+    kubectl = build.BY_NAME["kubectl"]
+    fake = fake_binary(build.cached_path(kubectl, "1.33"), "Client Version: v1.33.4")
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")  # as `sandbox env` puts it there
+    assert build._found(kubectl, lambda _msg: None, "1.33") is None
+    fake.with_name("kubectl.stamp").write_text(build._stamp_key(kubectl, "1.33") + "\n")
+    assert build._found(kubectl, lambda _msg: None, "1.33") == fake
+
+
 def test_ldflags_stamp_the_versions_the_tools_print():
     v = build.version_of(build.BY_NAME["kube-apiserver"])
     flags = build.ldflags("kube")
