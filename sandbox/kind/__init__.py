@@ -10,8 +10,9 @@ the pod. Nothing comes from a container registry:
   ``sigs.k8s.io/kind`` module pinned in ``sandbox/go/kind``; kubelet, kubeadm and kube-proxy built
   from ``k8s.io/kubernetes`` (``sandbox/go/node-<minor>``, the newest release the sandbox
   supports, the same as its kube-apiserver's there, so Go's build cache is shared); the
-  control-plane images from the sandbox's own binaries (``sandbox/build.py``); CoreDNS from ``sandbox/go/coredns``; the pause image compiled
-  from the Kubernetes module's ``build/pause/linux/pause.c``. Each image is cached in podman's
+  control-plane images from the sandbox's own binaries (``sandbox/build.py``); CoreDNS from
+  ``sandbox/go/coredns``; the pause image compiled from the Kubernetes module's
+  ``build/pause/linux/pause.c``. Each image is cached in podman's
   storage with a stamp (a digest of its inputs) under ``$XDG_CACHE_HOME/bcd-ansible/kind``, so a
   warm ``up`` only creates the containers.
 - podman is configured only through ``CONTAINERS_CONF`` (a file in that cache directory): the
