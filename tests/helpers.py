@@ -173,6 +173,13 @@ def assert_takeover_previewed(stdout: str) -> None:
     assert "nothing to do" not in stdout
 
 
+def crash_shown(text: str, node: str | None, name: str) -> bool:
+    """Whether ``text`` names the pod and its bcd container as a crash loop shows it: waiting in
+    CrashLoopBackOff, or for the second after each exit (a kubelet shows it so too) terminated."""
+    lead = re.escape(f"{node}: " if node else "") + re.escape(f"pod {name} not Ready: container bcd ")
+    return re.search(lead + r"(waiting: CrashLoopBackOff|terminated), \d+ restarts?", text) is not None
+
+
 def node_rows(stdout: str, name: str) -> list[tuple[str, str, str, str]]:
     """Each row of `name` in the per-node isolation table (NODE VERDICT READY SOURCE NODE FILES)
     printed in a playbook's output, as (verdict, ready, source, node files). Parsed by column, so a

@@ -11,26 +11,18 @@ within its grace or once it is ``offline``.
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.helpers import module_config, run_module, run_playbook
+from tests.helpers import crash_shown, module_config, run_module, run_playbook
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("adopted")]
 
 NS = "bcd-system"
 MESSAGE = "panic: nvml: driver/library version mismatch"
-
-
-def crash_shown(text: str, node: str | None, name: str) -> bool:
-    """Whether ``text`` names the pod and its bcd container as a crash loop shows it: waiting in
-    CrashLoopBackOff, or for the second after each exit (a kubelet shows it so too) terminated."""
-    lead = re.escape(f"{node}: " if node else "") + re.escape(f"pod {name} not Ready: container bcd ")
-    return re.search(lead + r"(waiting: CrashLoopBackOff|terminated), \d+ restarts?", text) is not None
 
 
 def bcd_pod(sandbox, node: str):

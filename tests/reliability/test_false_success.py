@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.helpers import recap
+from tests.helpers import crash_shown, recap
 from tests.reliability.harness import EXTRA_NODE_LABEL, INVENTORY_IMAGE, World, daemonset_image
 
 # Slow (a failing run per scenario); test_control_plane_join covers refused joins in make test.
@@ -288,10 +288,9 @@ def test_a_crash_looping_pod_within_the_offline_grace_fails_within_seconds(ready
         world.admin.clear_faults()
     assert run.returncode != 0, run.tail()
     assert "nothing to do" not in run.text
-    said = f"{node}: pod {pod.metadata.name} not Ready: container bcd waiting: CrashLoopBackOff"
     # said by the DaemonSet wait itself (the preflight's note names the pod too)
     assert "1 pod(s) cannot start, so the rollout cannot complete (not waiting out the" in run.text, run.tail()
-    assert said in run.text and message in run.text, run.tail()
+    assert crash_shown(run.text, node, pod.metadata.name) and message in run.text, run.tail()
     assert {t["id"] for t in world.ours()} == before, "no token minted"
     assert tokens_left(world) == 0 and not world.secret_exists()
     failed_after = seconds_between(run, "Apply the ConfigMap and the DaemonSet", WAIT_TASK)
