@@ -61,6 +61,19 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_runtime_config import (
     load as load_runtime_config,
 )
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_toolkit_advisories import (
+    ADVISORIES,
+    exposures,
+    parse_release,
+    release_text,
+    waiver_for,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_toolkit_advisories import (
+    VERSION_FILE as TOOLKIT_VERSION_FILE,
+)
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_toolkit_advisories import (
+    message as cve_message,
+)
 
 try:  # Python 3.11+
     import tomllib as _toml
@@ -401,9 +414,12 @@ class NodeVerifier:
     """Collects what one node root says about GPU isolation. Use :func:`verify_node_root`."""
 
     def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
-                 containerd_version: str | None = None):
+                 containerd_version: str | None = None, toolkit_version: str | None = None):
         self.fs = _Root(root)
         self._containerd_version = containerd_version
+        self._toolkit_version = toolkit_version
+        self.toolkit_version = None
+        self.cli_version = None
         self.containerd_version = None
         self.containerd_version_source = None
         self.findings: list[dict] = []
@@ -776,6 +792,13 @@ class NodeVerifier:
             "annotation-prefixes", ["cdi.k8s.io/"],
         )
         info["annotation-prefixes"] = prefixes if isinstance(prefixes, list) else []
+        info["settings"] = {}
+        for a in ADVISORIES:
+            if a["mitigation"]:
+                value = doc
+                for part in a["mitigation"]["key"].split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                info["settings"][a["mitigation"]["key"]] = value
         return info
 
     def _cdi_notes(self) -> None:
@@ -956,6 +979,52 @@ class NodeVerifier:
                               "by_uuid": bool(names) and all(UUID_NAME_RE.match(n) for n in names)})
         return specs
 
+    def _toolkit_release(self, configs: list[dict]) -> None:
+        """Judge the toolkit's release against its known container escapes (bcd_toolkit_advisories),
+        when a runtime or hook runs the toolkit: the ``--version`` output given (on the node), else
+        the root's TOOLKIT_VERSION_FILE; a release older than a fix is exposed, unless the fix's
+        mitigation is set in every toolkit configuration those runtimes read."""
+        if not self.runtimes and not self.hooks:
+            return
+        text, source = self._toolkit_version, "the toolkit binaries' --version"
+        if text is None and self.fs.isfile("/" + TOOLKIT_VERSION_FILE):
+            source = "/" + TOOLKIT_VERSION_FILE
+            try:
+                text = self.fs.read_text(source, limit=4096)
+            except (OSError, UnicodeDecodeError) as exc:
+                self.notes.append(f"{source} cannot be read ({exc}): the toolkit's release is unknown")
+                text = None
+            if source not in self.files_read:
+                self.files_read.append(source)
+        toolkit = parse_release(text) if text else None
+        cli = parse_release(text, cli=True) if text else None
+        if not toolkit:
+            self.notes.append(
+                ("the NVIDIA Container Toolkit's release is unknown" if not text else
+                 f"{source} does not name a toolkit release ({text.strip()[:80]!r})")
+                + f", so its known container escapes were not checked (in a collected root, put the output of "
+                  f"`nvidia-container-runtime --version; nvidia-container-cli --version` in /{TOOLKIT_VERSION_FILE})"
+            )
+            return
+        self.toolkit_version = release_text(toolkit)
+        self.cli_version = release_text(cli) if cli else None
+        used = [c for c in configs if c["readers"]] or [c for c in configs if c["exists"]]
+        settings: dict[str, list] = {}
+        for c in used:
+            for key, value in (c.get("settings") or {}).items():
+                settings.setdefault(key, []).append(value)
+        for e in exposures(toolkit, cli, settings):
+            text, fix = cve_message(e, source)
+            if e["mitigated"] and e["mitigation"]["clears"]:
+                self.notes.append(f"{e['cve']} (fixed in toolkit {e['fixed']}) is mitigated on toolkit {e['version']}: "
+                                  f"{e['mitigation']['key']} = {str(e['mitigation']['value']).lower()} in "
+                                  + ", ".join(c["path"] for c in used) + f"; {fix.split(';', maxsplit=1)[0]}")
+                continue
+            self.findings.append(finding(
+                EXPOSED, "toolkit-cve", source, text, fix,
+                cve=e["cve"], version=e["version"], fixed=e["fixed"], operator=e["operator"], sources=e["sources"],
+            ))
+
     def run(self) -> dict:
         self._effective()
         # CRI-O starts on its built-in defaults when no file configures it
@@ -1001,6 +1070,7 @@ class NodeVerifier:
                     f"remove {pattern!r} from {key} in {file}",
                 ))
         self._cdi_notes()
+        self._toolkit_release(configs)
         return {
             "root": self.fs.root,
             "verdict": verdict_of(self.findings),
@@ -1010,13 +1080,14 @@ class NodeVerifier:
             "cdi_specs": self._cdi_specs(),
             "plugins_registry": self.fs.isdir(KUBELET_PLUGINS_REGISTRY),
             "containerd_version": self.containerd_version,
+            "toolkit_version": self.toolkit_version,
             "containerd_config": getattr(self.effective, "containerd_root", None),
             "runtime_mount": self.mount_findings,
             "files_read": self.files_read,
             "runtimes": self.runtimes,
             "hooks": self.hooks,
             "toolkit_configs": [
-                {k: v for k, v in c.items() if k != "annotation-prefixes"} for c in configs
+                {k: v for k, v in c.items() if k not in ("annotation-prefixes", "settings")} for c in configs
                 if c["exists"] or c["readers"]
             ],
             "notes": self.notes,
@@ -1036,6 +1107,7 @@ def containerd_binary(root: str) -> str | None:
 def verify_node_root(
     root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
     handler: str | None = "nvidia", gpu_api: str = "device-plugin", containerd_version: str | None = None,
+    toolkit_version: str | None = None,
 ) -> dict:
     """Check one node's root directory for GPU isolation.
 
@@ -1056,9 +1128,13 @@ def verify_node_root(
     Readiness (``handler``: the RuntimeClass handler bcd's pod runs with, None for none;
     ``gpu_api``: ``bcd_gpu_api``): ``ready`` and ``readiness`` (see :func:`readiness`), from
     ``cdi_specs`` and ``plugins_registry`` too.
+    ``toolkit_version``: the toolkit binaries' ``--version`` output on the node (else the root's
+    ``nvidia-container-toolkit-version`` file): a release older than a container-escape fix
+    (bcd_toolkit_advisories) is a ``toolkit-cve`` finding naming the CVE (``cve``, ``version``,
+    ``fixed``, ``operator``), unless its mitigation is set; ``toolkit_version`` in the result.
     Raises :class:`NodeRootError` when ``root`` is not a directory.
     """
-    result = NodeVerifier(root, runtime_paths, toolkit_paths, containerd_version).run()
+    result = NodeVerifier(root, runtime_paths, toolkit_paths, containerd_version, toolkit_version).run()
     result["readiness"] = readiness(result, handler, gpu_api)
     result["ready"] = ready_of(result["readiness"])
     return result
@@ -1299,6 +1375,39 @@ def _env_value(env: list, name: str):
     return value
 
 
+def _operator_toolkit_cves(where: str, toolkit: dict) -> list[dict]:
+    """The container escapes of the toolkit release the operator deploys: its image tag
+    (``spec.toolkit.version``, such as ``v1.17.8-ubuntu20.04``, else the tag in ``spec.toolkit.image``).
+    A tag that names no release (a digest, ``latest``) is not judged here: the nodes' files are."""
+    tag = str(toolkit.get("version") or "")
+    image = str(toolkit.get("image") or "")
+    if not tag and ":" in image.rsplit("/", 1)[-1] and "@" not in image:
+        tag = image.rsplit(":", 1)[1]
+    release = parse_release(tag) if tag else None
+    if not release:
+        return []
+    out = []
+    env = toolkit.get("env") or []
+    settings = {}
+    # the operator's toolkit container turns on each feature NVIDIA_CONTAINER_TOOLKIT_OPT_IN_FEATURES
+    # lists (comma-separated) in the config.toml it writes (nvidia-ctk-installer's opt-in-features)
+    opted = {f.strip() for f in str(_env_value(env, "NVIDIA_CONTAINER_TOOLKIT_OPT_IN_FEATURES") or "").split(",")}
+    for a in ADVISORIES:
+        m = a["mitigation"]
+        if m and m["key"].startswith("features."):
+            settings[m["key"]] = [True if m["key"].split(".", 1)[1] in opted else None]
+    for e in exposures(release, None, settings):
+        if e["mitigated"] and e["mitigation"]["clears"]:
+            continue
+        text, fix = cve_message(e, f"{where} spec.toolkit.version {tag!r}")
+        out.append(finding(
+            EXPOSED, "toolkit-cve", where, text, fix.replace(
+                "upgrade the NVIDIA Container Toolkit to", "set spec.toolkit.version to the toolkit image of"),
+            cve=e["cve"], version=e["version"], fixed=e["fixed"], operator=e["operator"], sources=e["sources"],
+        ))
+    return out
+
+
 def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
     """What a GPU operator ClusterPolicy lets out (Configure; the bcd DaemonSet specification, section GPU isolation).
 
@@ -1308,6 +1417,8 @@ def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
     exposed (it writes the default, true, into the toolkit's config.toml). In gpu-operator mode,
     CDI off: unverifiable (devices would not arrive by CDI only; the bcd DaemonSet specification,
     section GPU isolation: CDI specs generated with ``--device-name-strategy=uuid``).
+    The operator's toolkit image older than a container-escape fix (bcd_toolkit_advisories):
+    exposed, naming the CVE (``toolkit-cve``).
     """
     name = (policy.get("metadata") or {}).get("name", "?")
     where = f"ClusterPolicy/{name}"
@@ -1353,6 +1464,7 @@ def cluster_policy_findings(policy: dict, operator_mode: bool) -> list[dict]:
                 f"set {OPERATOR_VOLUME_ENV}=\"false\" in spec.toolkit.env, or remove it (ansible-playbook gpu-stack.yml "
                 "sets it false)",
             ))
+        out.extend(_operator_toolkit_cves(where, toolkit))
     if operator_mode and cdi.get("enabled") is not True:
         out.append(finding(
             UNVERIFIABLE, "operator-cdi", where,
@@ -1495,6 +1607,33 @@ def combine(
         "nodes": out,
         "cluster_findings": policy_findings + [f for _target, f in per_slice],
     }
+
+
+def apply_waivers(nodes: list[dict], waivers: list[dict] | None, today: str) -> None:
+    """Move each ``toolkit-cve`` finding an operator's waiver covers (``bcd_toolkit_cve_waivers``:
+    ``{node, cve, until, reason}``, ``until`` an ISO date, inclusive) to the node's ``waived`` list,
+    with a note, and recompute its verdict; a finding whose waiver has expired stays, saying so.
+    ``today``: the ISO date the waivers are judged on. Changes ``nodes`` in place."""
+    for n in nodes:
+        kept, waived = [], []
+        for f in n.get("findings") or []:
+            if f.get("check") != "toolkit-cve":
+                kept.append(f)
+                continue
+            active, expired = waiver_for(waivers or [], n["name"], f.get("cve"), today)
+            if active:
+                waived.append({**f, "waiver": active})
+                n.setdefault("notes", []).append(
+                    f"{f['cve']} on {n['name']} is waived until {active['until']} ({active['reason']}): {f['message']}")
+                continue
+            if expired:
+                f = {**f, "message": f"{f['message']} (its waiver expired after {expired['until']})"}
+            kept.append(f)
+        if any(f.get("check") == "toolkit-cve" for f in n.get("findings") or []):
+            n["findings"] = kept
+        if waived:
+            n["waived"] = waived
+            n["verdict"] = verdict_of(kept)
 
 
 def summary(nodes: list[dict]) -> dict:

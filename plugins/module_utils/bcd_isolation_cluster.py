@@ -38,6 +38,7 @@ VARIABLES = (
     "bcd_nvidia_toolkit", "bcd_container_runtime", "bcd_node_selector", "bcd_gpu_isolation_enforce",
     "bcd_node_roots", "bcd_node_root", "bcd_report_out", "bcd_kubeconfig", "bcd_kube_context",
     "bcd_nvidia_runtime_class", "bcd_gpu_api", "bcd_gpu_stack_force_conflicts", "bcd_foreign_gpu_resources",
+    "bcd_toolkit_cve_waivers",
 )
 SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
@@ -90,6 +91,7 @@ def load_settings(module) -> dict:
         "runtime_class": inv.bcd_nvidia_runtime_class,
         "gpu_api": inv.bcd_gpu_api,
         "foreign_gpu_resources": list(inv.bcd_foreign_gpu_resources),
+        "cve_waivers": [w.model_dump(mode="json") for w in inv.bcd_toolkit_cve_waivers],
     }
 
 
@@ -287,7 +289,8 @@ def run_cluster(module) -> None:
         module.fail_json(msg=f"bcd_node_selector {settings['label_selector'] or '(every node)'} selects no Node in this "
                              "cluster: GPU isolation was checked on no node. Fix bcd_node_selector (kubectl get nodes "
                              "--show-labels shows the labels).", changed=False, **extra)
-    gate = judge_gate(result["nodes"], module.params["cluster_name"], settings["enforce"], extra)
+    gate = judge_gate(result["nodes"], module.params["cluster_name"], settings["enforce"], extra,
+                      waivers=settings["cve_waivers"])
     if unmatched:
         module.warn("GPU isolation: node files were given for nodes this cluster's selector does not select: "
                     + ", ".join(unmatched))

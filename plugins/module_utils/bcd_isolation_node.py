@@ -8,12 +8,15 @@ a folder of collected files - so it imports nothing that needs the controller's 
 
 from __future__ import annotations
 
+import datetime
 import os
 
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_gpu_isolation import (
     ISOLATED,
     NOT_READY,
+    PATH_DIRS,
     NodeRootError,
+    apply_waivers,
     containerd_binary,
     ready_summary,
     summary,
@@ -31,6 +34,7 @@ NODE_OPTIONS = {
     "runtime_handler": {"type": "str", "default": "nvidia"},
     "gpu_api": {"type": "str", "choices": ["device-plugin", "dra"], "default": "device-plugin"},
     "enforce": {"type": "bool", "default": True},
+    "cve_waivers": {"type": "list", "elements": "dict", "default": []},
 }
 
 
@@ -48,7 +52,10 @@ def paths_param(module, name: str) -> dict:
     return out
 
 
-def judge_gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> dict:
+def judge_gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict, waivers: list[dict] | None = None) -> dict:
+    """The gate over ``nodes`` (each ``name``, ``verdict``, ``ready``, ``findings``...) after the
+    operator's ``waivers`` (bcd_toolkit_cve_waivers, judged on today's date)."""
+    apply_waivers(nodes, waivers, datetime.date.today().isoformat())
     counts = summary(nodes)
     passed = bool(nodes) and all(n["verdict"] == ISOLATED and n.get("ready") != NOT_READY for n in nodes)
     report = {
@@ -60,8 +67,8 @@ def judge_gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict) -> d
         "ready_summary": ready_summary(nodes),
         "nodes": [
             {k: n.get(k) for k in ("name", "verdict", "ready", "source", "findings", "readiness", "node_files", "notes",
-                                   "bcd")
-             if k != "bcd" or "bcd" in n}
+                                   "bcd", "waived")
+             if k not in ("bcd", "waived") or k in n}
             for n in nodes
         ],
     }
@@ -83,20 +90,47 @@ def containerd_version(module, root: str) -> str | None:
     return out if rc == 0 and out.strip() else None
 
 
+def toolkit_version(module, root: str, result: dict) -> str | None:
+    """On the node itself (root /): what the toolkit binaries its runtimes and hooks run say they
+    are (``--version``), and ``nvidia-container-cli --version`` (libnvidia-container, versioned
+    apart); None when none answers."""
+    if os.path.realpath(root) != "/":
+        return None
+    binaries = [r.get("binary") for r in result.get("runtimes", []) + result.get("hooks", [])]
+    binaries += [f"{d}/nvidia-container-cli" for d in PATH_DIRS]
+    outputs, seen = [], set()
+    for binary in binaries:
+        if not binary or not binary.startswith("/") or binary in seen or not os.path.isfile(binary):
+            continue
+        seen.add(binary)
+        rc, out, _err = module.run_command([binary, "--version"])
+        if rc == 0 and out.strip():
+            outputs.append(out)
+        if binary.endswith("/nvidia-container-cli"):
+            break
+    return "\n".join(outputs) or None
+
+
 def run_node(module) -> None:
     root = module.params["root"]
     name = module.params["node_name"]
+    args = (root, paths_param(module, "runtime_paths"), paths_param(module, "toolkit_paths"),
+            module.params["runtime_handler"] or None, module.params["gpu_api"])
     try:
-        result = verify_node_root(root, paths_param(module, "runtime_paths"), paths_param(module, "toolkit_paths"),
-                                  module.params["runtime_handler"] or None, module.params["gpu_api"],
-                                  containerd_version=containerd_version(module, root))
+        containerd = containerd_version(module, root)
+        result = verify_node_root(*args, containerd_version=containerd)
+        # the toolkit binaries to ask are the ones the runtimes and hooks just found run
+        version = toolkit_version(module, root, result) if result["runtimes"] or result["hooks"] else None
+        if version:
+            result = verify_node_root(*args, containerd_version=containerd, toolkit_version=version)
     except NodeRootError as exc:
         module.fail_json(msg=f"bcd_node_root: {exc}")
         return
     node = {"name": name, **result, "root": root}
     entry = {**{k: node[k] for k in ("name", "verdict", "ready", "findings", "readiness", "notes")},
              "node_files": f"from {root}", "source": "files"}
-    gate = judge_gate([entry], None, module.params["enforce"], {"node_root": root})
+    gate = judge_gate([entry], None, module.params["enforce"], {"node_root": root},
+                      waivers=[{**w, "until": str(w.get("until"))} for w in module.params["cve_waivers"] or []])
     if not gate["passed"] and not module.params["enforce"]:
         module.warn(f"GPU isolation: {name} is {entry['verdict']}, {entry['ready']} (bcd_gpu_isolation_enforce is "
                     "false, so this is only a warning)")

@@ -19,6 +19,7 @@ import json
 import os
 import posixpath
 import re
+from datetime import date
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -35,6 +36,7 @@ from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_quantity import
     value,
 )
 from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_surface import check_allowed_path
+from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_toolkit_advisories import ADVISORIES
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -436,6 +438,25 @@ class HostPaths(_Strict):
         return self.files + self.dirs
 
 
+class CveWaiver(_Strict):
+    """An operator's acceptance of a known toolkit container escape on one Node (or ``*``, every
+    Node) until a date (inclusive): the finding moves to the report's waived list, and comes back
+    when the date has passed."""
+
+    node: str = Field(min_length=1, max_length=253)
+    cve: str
+    until: date
+    reason: str = Field(min_length=1, max_length=300)
+
+    @field_validator("cve")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        known = [a["cve"] for a in ADVISORIES]
+        if v not in known:
+            raise ValueError(f"{_show(v)} is not a toolkit advisory this collection judges (one of {', '.join(known)})")
+        return v
+
+
 class KubeletCredentials(_Strict):
     """The kubelet's kubeconfig and client-certificate directories (the bcd DaemonSet specification,
     sections Host mounts and API access)."""
@@ -556,6 +577,8 @@ class Inventory(BaseModel):
     # GPU isolation: extended resources of other GPU device plugins, beyond the built-in list
     # (bcd_gpu_isolation.FOREIGN_GPU_RESOURCES); a Node that allocates one is exposed.
     bcd_foreign_gpu_resources: list[str] = Field(default_factory=list, max_length=64)
+    # GPU isolation: known toolkit container escapes an operator accepts on named Nodes, until a date.
+    bcd_toolkit_cve_waivers: list[CveWaiver] = Field(default_factory=list, max_length=256)
 
     # rollout.yml (issue: scheduled rollouts).
     bcd_rollout_canary: int = Field(default=1, ge=0, le=10000)
@@ -962,7 +985,8 @@ def _lines(exc: ValidationError, secret_free: bool = True) -> list[str]:
 # Variables whose value is a mapping or a list (or may be one, beside a preset name).
 _STRUCTURED = ("bcd_pins", "bcd_join_encryption_jwk", "bcd_join_token_secret", "bcd_node_selector", "bcd_tolerations",
                "bcd_image_pull_secrets", "bcd_resources", "bcd_kubelet_credentials", "bcd_container_runtime",
-               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots", "bcd_foreign_gpu_resources")
+               "bcd_nvidia_toolkit", "bcd_privileged_namespaces", "bcd_node_roots", "bcd_foreign_gpu_resources",
+               "bcd_toolkit_cve_waivers")
 
 
 def from_strings(variables: dict) -> tuple[dict, list[str]]:

@@ -157,6 +157,13 @@ options:
         that is not C(isolated) gives a warning here; the role's gate fails only when this is true.
     type: bool
     default: true
+  cve_waivers:
+    description:
+      - Deprecated O(scope=node) only (otherwise C(bcd_toolkit_cve_waivers) is read). Each C({node, cve, until, reason})
+        moves that node's C(toolkit-cve) finding for C(cve) out of its verdict until the date passes.
+    type: list
+    elements: dict
+    default: []
 extends_documentation_fragment:
   - bcd.kubernetes.bcd.api_key_unused
   - ansible.builtin.action_common_attributes
@@ -278,6 +285,12 @@ node:
     plugins_registry: {description: Whether /var/lib/kubelet/plugins_registry exists., type: bool}
     containerd_version:
       description: The node's containerd release (C(major.minor.patch)) the configuration was judged for, or null when unknown.
+      type: str
+    toolkit_version:
+      description:
+        - The NVIDIA Container Toolkit release judged against its known container escapes (C(major.minor.patch)), from
+          the toolkit binaries' C(--version) on the node or the file C(nvidia-container-toolkit-version) at a collected
+          root; null when unknown (a note says so). An older release than a fix is a C(toolkit-cve) finding.
       type: str
     containerd_config:
       description: The file containerd starts with (the C(--config) of C(containerd.service), else C(/etc/containerd/config.toml)).

@@ -111,6 +111,15 @@ options:
         gate fails only when this is true. This module never fails on a verdict.
     type: bool
     default: true
+  cve_waivers:
+    description:
+      - C(bcd_toolkit_cve_waivers), as M(bcd.kubernetes.bcd_gpu_isolation_settings) validated them. Each
+        C({node, cve, until, reason}) (C(node) a Node name or C(*), C(until) an ISO date, inclusive) moves that
+        node's C(toolkit-cve) finding for C(cve) to RV(nodes[].waived) until the date passes; after it, the finding
+        stays and says its waiver expired.
+    type: list
+    elements: dict
+    default: []
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - bcd.kubernetes.attributes.node
@@ -194,6 +203,12 @@ node:
     containerd_version:
       description: The node's containerd release (C(major.minor.patch)) the configuration was judged for, or null when unknown.
       type: str
+    toolkit_version:
+      description:
+        - The NVIDIA Container Toolkit release judged against its known container escapes (C(major.minor.patch)), from
+          the toolkit binaries' C(--version) on the node or the file C(nvidia-container-toolkit-version) at a collected
+          root; null when unknown (a note says so). An older release than a fix is a C(toolkit-cve) finding.
+      type: str
     containerd_config:
       description: The file containerd starts with (the C(--config) of C(containerd.service), else C(/etc/containerd/config.toml)).
       type: str
@@ -213,6 +228,10 @@ nodes:
       description: C(files) - the node's files decided (the running runtime is compared on the controller, by M(bcd.kubernetes.bcd_gpu_isolation)).
       type: str
     findings: {description: As in RV(node.findings)., type: list, elements: dict}
+    waived:
+      description: The C(toolkit-cve) findings a waiver of O(cve_waivers) covers today, each with its C(waiver); absent when none.
+      type: list
+      elements: dict
     readiness: {description: As in RV(node.readiness)., type: list, elements: dict}
     node_files:
       description: C(from <root>).

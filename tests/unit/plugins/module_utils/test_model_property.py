@@ -90,6 +90,8 @@ VALID = {
     "bcd_node_roots": {"gpu-node-1": "/srv/nodes/gpu-node-1"},
     "bcd_node_name": "gpu-node-1",
     "bcd_foreign_gpu_resources": ["example.com/vgpu-*"],
+    "bcd_toolkit_cve_waivers": [{"node": "gpu-node-1", "cve": "CVE-2025-23266", "until": "2027-01-31",
+                                 "reason": "toolkit 1.17.8 rolls out with the next maintenance window"}],
     "bcd_rollout_canary": 1,
     "bcd_rollout_max_unavailable": "10%",
     "bcd_rollout_max_down": "10%",
@@ -302,6 +304,19 @@ INVALID = {
         not_list, st.sampled_from(["*", "gpu", "/gpu", "Example.com/gpu", "example.com/", "example.com/gpu/x",
                                    "example.com/-x", "a b/c", ""]).map(lambda r: [r]),
         st.just([5]), st.just(["example.com/gpu"] * 65),
+    ),
+    "bcd_toolkit_cve_waivers": st.one_of(
+        not_list,
+        st.sampled_from([
+            {"node": "n", "cve": "CVE-2099-0001", "until": "2027-01-31", "reason": "r"},  # not in the table
+            {"node": "n", "cve": "CVE-2025-23266", "until": "next week", "reason": "r"},
+            {"node": "n", "cve": "CVE-2025-23266", "until": "2027-02-30", "reason": "r"},
+            {"node": "n", "cve": "CVE-2025-23266", "until": "2027-01-31", "reason": ""},
+            {"node": "", "cve": "CVE-2025-23266", "until": "2027-01-31", "reason": "r"},
+            {"node": "n", "cve": "CVE-2025-23266", "until": "2027-01-31"},
+            {"node": "n", "cve": "CVE-2025-23266", "until": "2027-01-31", "reason": "r", "extra": 1},
+        ]).map(lambda w: [w]),
+        st.just(["CVE-2025-23266"]),
     ),
     "bcd_rollout_canary": st.one_of(st.integers(max_value=-1), st.integers(min_value=10001), st.just("x"),
                                     st.lists(st.integers(), max_size=1)),
