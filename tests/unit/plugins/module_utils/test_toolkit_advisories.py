@@ -203,3 +203,26 @@ def test_a_waiver_for_a_cve_the_table_does_not_know_is_refused():
                                                 "reason": "r"}]}, ("bcd_toolkit_cve_waivers",))
     assert "bcd_toolkit_cve_waivers" in "\n".join(err.value.lines)
     assert "CVE-2025-23266" in "\n".join(err.value.lines)
+
+
+class _Module:
+    """What toolkit_version needs of an AnsibleModule: run_command."""
+
+    def run_command(self, argv):
+        import subprocess
+
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+
+def test_on_the_node_the_binaries_the_runtimes_run_are_asked(tmp_path):
+    from ansible_collections.bcd.kubernetes.plugins.module_utils.bcd_isolation_node import toolkit_version
+
+    runtime = tmp_path / "nvidia-container-runtime"
+    runtime.write_text("#!/bin/sh\n[ \"$1\" = --version ] && printf 'NVIDIA Container Runtime version 1.17.7\\n'\n")
+    runtime.chmod(0o755)
+    result = {"runtimes": [{"binary": str(runtime)}], "hooks": [{"binary": "nvidia-container-runtime-hook"}]}
+    text = toolkit_version(_Module(), "/", result)
+    assert parse_release(text) == (1, 17, 7, 0)
+    # only on the node itself: a collected root's binaries are never run
+    assert toolkit_version(_Module(), str(tmp_path), result) is None
