@@ -834,19 +834,26 @@ class NodeVerifier:
 
     # -- all together ---------------------------------------------------------------------------
 
-    def _families(self) -> list[str]:
-        """The containerd loader families to judge: the node's own when its version is known
-        (``containerd --version`` output given, or in the root's VERSION_FILE), else every one."""
-        text, source = self._containerd_version, "containerd --version"
-        if text is None and self.fs.isfile("/" + VERSION_FILE):
-            source = "/" + VERSION_FILE
+    def _version_text(self, given: str | None, given_source: str, name: str, what: str) -> tuple[str | None, str]:
+        """``(text, source)``: the ``--version`` output asked on the node (``given``), else the
+        file ``name`` at the root's top where a collected root keeps it (read and recorded)."""
+        text, source = given, given_source
+        if text is None and self.fs.isfile("/" + name):
+            source = "/" + name
             try:
                 text = self.fs.read_text(source, limit=4096)
             except (OSError, UnicodeDecodeError) as exc:
-                self.notes.append(f"{source} cannot be read ({exc}): containerd's version is unknown")
+                self.notes.append(f"{source} cannot be read ({exc}): {what} is unknown")
                 text = None
             if source not in self.files_read:
                 self.files_read.append(source)
+        return text, source
+
+    def _families(self) -> list[str]:
+        """The containerd loader families to judge: the node's own when its version is known
+        (``containerd --version`` output given, or in the root's VERSION_FILE), else every one."""
+        text, source = self._version_text(self._containerd_version, "containerd --version", VERSION_FILE,
+                                          "containerd's version")
         version = parse_version(text) if text else None
         if text and not version:
             self.notes.append(f"{source} does not hold `containerd --version` output ({text.strip()[:80]!r}): "
@@ -986,16 +993,8 @@ class NodeVerifier:
         mitigation is set in every toolkit configuration those runtimes read."""
         if not self.runtimes and not self.hooks:
             return
-        text, source = self._toolkit_version, "the toolkit binaries' --version"
-        if text is None and self.fs.isfile("/" + TOOLKIT_VERSION_FILE):
-            source = "/" + TOOLKIT_VERSION_FILE
-            try:
-                text = self.fs.read_text(source, limit=4096)
-            except (OSError, UnicodeDecodeError) as exc:
-                self.notes.append(f"{source} cannot be read ({exc}): the toolkit's release is unknown")
-                text = None
-            if source not in self.files_read:
-                self.files_read.append(source)
+        text, source = self._version_text(self._toolkit_version, "the toolkit binaries' --version",
+                                          TOOLKIT_VERSION_FILE, "the toolkit's release")
         toolkit = parse_release(text) if text else None
         cli = parse_release(text, cli=True) if text else None
         if not toolkit:
