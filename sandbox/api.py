@@ -35,6 +35,21 @@ class NotUp(RuntimeError):
     """The sandbox is not up (no state, a component stopped, or the API not ready)."""
 
 
+def _ready_write_refused(core, name: str) -> bool:
+    """Whether the API server refuses (dry run: nothing is written) the Ready=True status write a
+    stale KWOK heartbeat makes for Node ``name``: the hold policy is in force for it."""
+    from kubernetes.client.exceptions import ApiException
+
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+    try:
+        core.patch_node_status(name, {"status": {"conditions": [ready]}}, dry_run="All")
+    except ApiException as exc:
+        if exc.status == 422 and "holds this Node NotReady" in (exc.body or ""):
+            return True
+        raise
+    return False
+
+
 @dataclass
 class Sandbox:
     """The sandbox whose state directory is ``dir`` (default ``$SANDBOX_DIR``: ``sandbox.proc.sandbox_dir()``)."""
@@ -171,10 +186,18 @@ class Sandbox:
 
             hold()
             # A heartbeat KWOK queued before it saw the annotation is refused by the API server
-            # (manifests/node-hold-policy.yaml) once that policy is in force; until the API server
-            # has loaded it (a second after up), such a write can land: hold until the Node has
-            # stayed NotReady for HOLD_SETTLE
-            deadline, settled = time.monotonic() + HOLD_TIMEOUT, time.monotonic() + HOLD_SETTLE
+            # (manifests/node-hold-policy.yaml) once that policy is in force for this Node; the API
+            # server loads a new policy seconds after it is made, later under load: ask it (a
+            # dry run of that write) until it refuses, then hold until the Node has stayed
+            # NotReady for HOLD_SETTLE
+            deadline = time.monotonic() + HOLD_TIMEOUT
+            while not _ready_write_refused(core, name):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"sandbox: the API server did not refuse a Ready write for held node {name} "
+                                       f"within {HOLD_TIMEOUT:g} s (is the ValidatingAdmissionPolicy "
+                                       "sandbox-held-node-stays-not-ready there?)")
+                time.sleep(0.25)
+            settled = time.monotonic() + HOLD_SETTLE
             while time.monotonic() < settled:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"sandbox: node {name} did not stay NotReady within {HOLD_TIMEOUT:g} s")

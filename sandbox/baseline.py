@@ -9,7 +9,8 @@ What a test may leave and :func:`restore` takes away:
   pods' node-down marks), labels and allocatable resources that ``cluster.node_body`` does not
   give them (``bcd.dev/*`` labels, which adoption sets, are kept);
 - cluster-wide objects a fresh sandbox has none of: ValidatingAdmissionPolicies and their
-  bindings, admission webhooks, ResourceSlices, ClusterPolicies other than ``cluster-policy`` (and
+  bindings (but the sandbox's own, labelled ``sandbox.bcd.dev/own``, that keeps a held Node
+  NotReady: put back when missing), admission webhooks, ResourceSlices, ClusterPolicies other than ``cluster-policy`` (and
   that one, with its status, when it is missing);
 - namespaces a fresh sandbox has not (``bcd-system`` aside, which is bcd's), Leases and
   ConfigMaps in ``default``, Pod Security labels on ``default``;
@@ -32,10 +33,12 @@ BASE_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node
 # labels the API server adds (beta.kubernetes.io/*) and adoption sets (bcd.dev/*)
 KEPT_LABEL_PREFIXES = ("bcd.dev/", "beta.kubernetes.io/")
 HOLD = "sandbox.bcd.dev/hold-status"
+HOLD_POLICY = "sandbox-held-node-stays-not-ready"  # manifests/node-hold-policy.yaml, the policy and its binding
 POLICY = ("nvidia.com", "v1", "clusterpolicies")
 POLICY_NAME = "cluster-policy"
 PREVIOUS = "bcd.dev/gpu-stack-previous"
-# cluster-wide kinds a fresh sandbox has no object of: (group, version, plural)
+# cluster-wide kinds a fresh sandbox has no object of but its own (labelled OWN): (group, version, plural)
+OWN = ("sandbox.bcd.dev/own", "true")
 FOREIGN_KINDS = (
     ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"),
     ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"),
@@ -183,7 +186,7 @@ def _nodes(sdir: Path, state: dict, core, admin, timeout: float) -> list[str]:
 def _cluster_objects(sdir: Path, custom) -> list[str]:
     from kubernetes.client.rest import ApiException
 
-    done = []
+    done, own = [], set()
     for group, version, plural in FOREIGN_KINDS:
         try:
             items = custom.list_cluster_custom_object(group, version, plural)["items"]
@@ -192,9 +195,16 @@ def _cluster_objects(sdir: Path, custom) -> list[str]:
                 continue
             raise
         for item in items:
+            if (item["metadata"].get("labels") or {}).get(OWN[0]) == OWN[1]:
+                own.add((plural, item["metadata"]["name"]))
+                continue
             custom.delete_cluster_custom_object(group, version, plural, item["metadata"]["name"])
             done.append(f"deleted {plural} {item['metadata']['name']}")
     policies = [p["metadata"]["name"] for p in custom.list_cluster_custom_object(*POLICY)["items"]]
+    # the sandbox's own admission policy (a held Node stays NotReady) and its binding
+    if own != {("validatingadmissionpolicies", HOLD_POLICY), ("validatingadmissionpolicybindings", HOLD_POLICY)}:
+        cluster.ensure_objects(sdir)
+        done.append(f"created the hold policy {HOLD_POLICY} again")
     for name in policies:
         if name != POLICY_NAME:
             custom.delete_cluster_custom_object(*POLICY, name)

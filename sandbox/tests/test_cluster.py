@@ -286,6 +286,27 @@ def test_node_down_and_node_up_from_the_command_line(sandbox):
     assert missing.returncode == 1 and "no node no-such-node (its nodes: " in missing.stderr, missing.stderr
 
 
+def test_the_baseline_keeps_its_own_hold_policy_and_takes_a_foreign_one_away(sandbox):
+    """Between tests the baseline deletes admission policies a test left, but not the sandbox's
+    own (the hold), which it puts back when a test took it away."""
+    from sandbox import baseline
+
+    own = baseline.HOLD_POLICY
+    with sandbox.api_client() as api:
+        admission = client.AdmissionregistrationV1Api(api)
+        admission.create_validating_admission_policy({
+            "metadata": {"name": "left-by-a-test"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                             "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                     "validations": [{"expression": "true"}]}})
+        admission.delete_validating_admission_policy_binding(own)
+        done = baseline.restore(sandbox.dir)
+        names = {p.metadata.name for p in admission.list_validating_admission_policy().items}
+        bindings = {b.metadata.name for b in admission.list_validating_admission_policy_binding().items}
+    assert names == {own} and bindings == {own}, (names, bindings, done)
+    assert "deleted validatingadmissionpolicies left-by-a-test" in done and f"created the hold policy {own} again" in done
+
+
 def test_a_heartbeat_written_while_the_hold_is_taken_does_not_undo_it(sandbox):
     """KWOK can fire a heartbeat (Ready) it queued before it saw the hold, minutes later under
     load: the API server refuses it (a stopped kubelet never reports Ready), so the Node stays
