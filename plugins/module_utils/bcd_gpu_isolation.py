@@ -1001,18 +1001,26 @@ class NodeVerifier:
             self.notes.append(
                 ("the NVIDIA Container Toolkit's release is unknown" if not text else
                  f"{source} does not name a toolkit release ({text.strip()[:80]!r})")
-                + f", so its known container escapes were not checked (in a collected root, put the output of "
-                  f"`nvidia-container-runtime --version; nvidia-container-cli --version` in /{TOOLKIT_VERSION_FILE})"
+                + (", so only libnvidia-container's known container escapes were checked" if cli else
+                   ", so its known container escapes were not checked")
+                + f" (in a collected root, put the output of `nvidia-container-runtime --version; "
+                  f"nvidia-container-cli --version` in /{TOOLKIT_VERSION_FILE})"
             )
-            return
-        self.toolkit_version = release_text(toolkit)
+            if not cli:
+                return
+        self.toolkit_version = release_text(toolkit) if toolkit else None
         self.cli_version = release_text(cli) if cli else None
         used = [c for c in configs if c["readers"]] or [c for c in configs if c["exists"]]
         settings: dict[str, list] = {}
         for c in used:
             for key, value in (c.get("settings") or {}).items():
                 settings.setdefault(key, []).append(value)
-        for e in exposures(toolkit, cli, settings):
+        found = exposures(toolkit, cli, settings)
+        if not found:
+            self.notes.append(
+                f"toolkit {self.toolkit_version or 'unknown'}, libnvidia-container {self.cli_version or 'the same'} "
+                f"(from {source}): none of the {len(ADVISORIES)} known container escapes of bcd_toolkit_advisories")
+        for e in found:
             text, fix = cve_message(e, source)
             if e["mitigated"] and e["mitigation"]["clears"]:
                 self.notes.append(f"{e['cve']} (fixed in toolkit {e['fixed']}) is mitigated on toolkit {e['version']}: "

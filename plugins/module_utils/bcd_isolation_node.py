@@ -54,8 +54,9 @@ def paths_param(module, name: str) -> dict:
 
 def judge_gate(nodes: list[dict], cluster: str, enforce: bool, extra: dict, waivers: list[dict] | None = None) -> dict:
     """The gate over ``nodes`` (each ``name``, ``verdict``, ``ready``, ``findings``...) after the
-    operator's ``waivers`` (bcd_toolkit_cve_waivers, judged on today's date)."""
-    apply_waivers(nodes, waivers, datetime.date.today().isoformat())
+    operator's ``waivers`` (bcd_toolkit_cve_waivers, judged on today's date in UTC)."""
+    # one date for everyone: the controller's and each node's local dates may differ
+    apply_waivers(nodes, waivers, datetime.datetime.now(datetime.timezone.utc).date().isoformat())  # noqa: UP017 - nodes may run Python < 3.11
     counts = summary(nodes)
     passed = bool(nodes) and all(n["verdict"] == ISOLATED and n.get("ready") != NOT_READY for n in nodes)
     report = {

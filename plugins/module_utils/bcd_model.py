@@ -19,7 +19,7 @@ import json
 import os
 import posixpath
 import re
-from datetime import date
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -445,8 +445,21 @@ class CveWaiver(_Strict):
 
     node: str = Field(min_length=1, max_length=253)
     cve: str
-    until: date
+    until: str
     reason: str = Field(min_length=1, max_length=300)
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _iso_date(cls, v: Any) -> str:
+        # YAML reads an unquoted 2027-01-31 as a date; a number or any other string is refused
+        if isinstance(v, date) and not isinstance(v, datetime):
+            return v.isoformat()
+        if isinstance(v, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+            try:
+                return date.fromisoformat(v).isoformat()
+            except ValueError:
+                pass
+        raise ValueError(f"{_show(v)} is not a date: write it as YYYY-MM-DD (the last day the waiver holds, in UTC)")
 
     @field_validator("cve")
     @classmethod

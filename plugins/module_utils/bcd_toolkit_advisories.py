@@ -33,11 +33,11 @@ _TAG_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-(rc|beta|alpha)\.?(\d+))?(?:[-+
 # Each advisory: cve; what (one line); fixed (the first toolkit release with the fix,
 # "major.minor.patch"); component: "toolkit" (its hooks and runtime), "libnvidia-container"
 # (nvidia-container-cli, released with the toolkit under the same number) or "both" (the fix
-# needs both); operator: the first GPU operator release NVIDIA names as fixed; mitigation: a
-# toolkit config.toml key and value NVIDIA gave short of upgrading (since: the first release with
-# the key; clears: whether it closes the hole, or NVIDIA withdrew it), or None; sources: the
-# bulletin first. Bulletins: https://nvidia.custhelp.com/app/answers/detail/a_id/<id>; the
-# operator's bundled toolkit: deployments/gpu-operator/values.yaml at each operator tag.
+# needs both); operator: the first GPU operator release whose bundled toolkit has the fix
+# (deployments/gpu-operator/values.yaml at its tag; NVIDIA's bulletin may name a later one that
+# also fixes other components); mitigation: a toolkit config.toml key and value NVIDIA gave
+# short of upgrading (since: the first release with the key; clears: whether it closes the hole,
+# or NVIDIA withdrew it), or None; sources: the bulletin first (https://nvidia.custhelp.com/app/answers/detail/a_id/<id>).
 BULLETIN = "https://nvidia.custhelp.com/app/answers/detail/a_id/"
 ADVISORIES: tuple[dict, ...] = (
     {
@@ -90,7 +90,7 @@ ADVISORIES: tuple[dict, ...] = (
     {
         "cve": "CVE-2025-23266",
         "what": "NVIDIAScape: the enable-cuda-compat hook runs with the container's LD_PRELOAD, so a container runs code as root on the host",
-        "fixed": "1.17.8", "component": "toolkit", "operator": "v25.3.2",
+        "fixed": "1.17.8", "component": "toolkit", "operator": "v25.3.1",
         # revision 1.0 of the bulletin gave this; revision 2.0 dropped it (reported as bypassable)
         "mitigation": {"key": "features.disable-cuda-compat-lib-hook", "value": True, "since": "1.17.5",
                        "clears": False},
@@ -100,7 +100,7 @@ ADVISORIES: tuple[dict, ...] = (
     {
         "cve": "CVE-2025-23267",
         "what": "the update-ldcache hook follows a link a crafted image plants, corrupting host files",
-        "fixed": "1.17.8", "component": "toolkit", "operator": "v25.3.2", "mitigation": None,
+        "fixed": "1.17.8", "component": "toolkit", "operator": "v25.3.1", "mitigation": None,
         "sources": [BULLETIN + "5659"],
     },
     {
@@ -112,20 +112,25 @@ ADVISORIES: tuple[dict, ...] = (
 )
 
 
-def parse_release(text: str, cli: bool = False) -> tuple | None:
-    """``(major, minor, patch, pre)`` of the toolkit release named in ``--version`` output or an
-    image tag (``pre``: 0 for a release, else below it: an rc/beta/alpha), or None. ``cli``: the
-    libnvidia-container release (``nvidia-container-cli --version``'s ``cli-version``)."""
-    text = text or ""
-    m = (_CLI_RE if cli else _TOOLKIT_RE).search(text)
-    if not m and not cli:
-        m = _TAG_RE.match(text.strip())
-    if not m:
-        return None
+def _release(m) -> tuple:
     major, minor, patch, kind, number = m.groups()
     # a pre-release sorts below its release: rc.2 of 1.17.8 is older than 1.17.8
-    pre = 0 if not kind else -({"alpha": 300, "beta": 200, "rc": 100}[kind.lower()] - int(number or 0))
+    pre = 0 if not kind else -({"alpha": 3000, "beta": 2000, "rc": 1000}[kind.lower()] - min(int(number or 0), 999))
     return int(major), int(minor), int(patch), pre
+
+
+def parse_release(text: str, cli: bool = False) -> tuple | None:
+    """``(major, minor, patch, pre)`` of the toolkit release named in ``--version`` output or an
+    image tag (``pre``: 0 for a release, else below it: an rc/beta/alpha), or None. Where the
+    output holds several binaries' versions (a node with two toolkit installs), the oldest: an old
+    hook is as exposed as an old runtime. ``cli``: the libnvidia-container release
+    (``nvidia-container-cli --version``'s ``cli-version``), the oldest likewise."""
+    text = text or ""
+    found = [_release(m) for m in (_CLI_RE if cli else _TOOLKIT_RE).finditer(text)]
+    if not found and not cli:
+        m = _TAG_RE.match(text.strip())
+        found = [_release(m)] if m else []
+    return min(found) if found else None
 
 
 def release_text(release: tuple) -> str:
@@ -151,14 +156,15 @@ def exposures(toolkit: tuple | None, cli: tuple | None = None, settings: dict | 
     values there (``{"features.disable-cuda-compat-lib-hook": [True]}``): an advisory is
     ``mitigated`` when its mitigation key has its value in every one and the release has the key
     (a mitigation that does not ``clears`` it is still an exposure: the caller says it is set).
-    Returns [] when the release is unknown.
+    Returns [] when the release is unknown. Each entry also has ``clears_all``: the release
+    (``fixed``, ``operator``) that clears every one found (``count``).
     """
     found = []
     for a in ADVISORIES:
         releases = {"toolkit": [toolkit], "libnvidia-container": [cli or toolkit],
                     "both": [toolkit, cli or toolkit]}[a["component"]]
         old = [r for r in releases if r is not None and r < _fixed(a)]
-        if toolkit is None or not old:
+        if not old:
             continue
         release = min(old)
         m = a["mitigation"]
@@ -166,6 +172,10 @@ def exposures(toolkit: tuple | None, cli: tuple | None = None, settings: dict | 
         mitigated = bool(m and values and all(v == m["value"] for v in values) and release >= _since(a))
         found.append({**{k: a[k] for k in ("cve", "what", "fixed", "operator", "component", "mitigation", "sources")},
                       "version": release_text(release), "mitigated": mitigated})
+    # one upgrade clears them all: each fix names it
+    last = max(found, key=_fixed, default=None)
+    for e in found:
+        e["clears_all"] = {"fixed": last["fixed"], "operator": last["operator"], "count": len(found)}
     return found
 
 
@@ -174,16 +184,21 @@ def message(e: dict, where: str) -> tuple[str, str]:
     component = {"libnvidia-container": "libnvidia-container (nvidia-container-cli)",
                  "both": "the NVIDIA Container Toolkit or libnvidia-container"}.get(e["component"],
                                                                                     "the NVIDIA Container Toolkit")
-    text = (f"{component} {e['version']} (from {where}) has {e['cve']} ({e['what']}), fixed in toolkit "
-            f"{e['fixed']}: a tenant's container can get out onto the host.")
+    text = (f"{component} {e['version']} (from {where}) has {e['cve']}, a container escape: {e['what']}; "
+            f"fixed in toolkit {e['fixed']}.")
     m = e["mitigation"]
     if m and e["mitigated"] and not m["clears"]:
         text += (f" {m['key']} = {str(m['value']).lower()} is set, which NVIDIA once gave as a mitigation and no "
                  "longer does.")
     fix = f"upgrade the NVIDIA Container Toolkit to {e['fixed']} or later (GPU operator {e['operator']} or later ships it)"
+    every = e.get("clears_all") or {}
+    if every.get("count", 1) > 1 and every["fixed"] != e["fixed"]:
+        fix += (f"; {every['fixed']} or later (GPU operator {every['operator']}) clears all {every['count']} known "
+                "escapes found here")
     if m and m["clears"] and not e["mitigated"]:
         fix += (f"; until then, set {m['key']} = {str(m['value']).lower()} in the toolkit's config.toml "
                 f"(toolkit {m['since']} or later)")
+    fix += "; or accept it on this node until a date with bcd_toolkit_cve_waivers"
     return text, fix
 
 

@@ -65,7 +65,7 @@ def cves(result) -> list[str]:
     (RUNTIME.format(v="1.17.8"), (1, 17, 8, 0)),
     (HOOK.format(v="1.19.1"), (1, 19, 1, 0)),
     (CTK.format(v="1.20.0"), (1, 20, 0, 0)),
-    ("NVIDIA Container Runtime version 1.18.0-rc.2\ncommit: x\n", (1, 18, 0, -98)),
+    ("NVIDIA Container Runtime version 1.18.0-rc.2\ncommit: x\n", (1, 18, 0, -998)),
     ("v1.17.8-ubuntu20.04", (1, 17, 8, 0)),
     ("v1.18.0", (1, 18, 0, 0)),
     ("sha256:0123abcd", None),
@@ -106,13 +106,36 @@ def test_a_collected_root_with_toolkit_1_17_7_is_not_isolated(tmp_path):
     nvidiascape = next(f for f in result["findings"] if f.get("cve") == "CVE-2025-23266")
     assert nvidiascape["where"] == f"/{TOOLKIT_VERSION_FILE}" and nvidiascape["fixed"] == "1.17.8"
     assert "fixed in toolkit 1.17.8" in nvidiascape["message"]
-    assert "1.17.8 or later (GPU operator v25.3.2 or later" in nvidiascape["fix"]
+    assert "1.17.8 or later (GPU operator v25.3.1 or later" in nvidiascape["fix"]
+    # one upgrade clears all three: said in each fix
+    assert "1.19.1 or later (GPU operator v26.3.2) clears all 3 known escapes found here" in nvidiascape["fix"]
+    assert "bcd_toolkit_cve_waivers" in nvidiascape["fix"]
 
 
 def test_the_same_root_with_toolkit_1_20_0_is_isolated(tmp_path):
     result = verify_node_root(root_with(tmp_path, "1.20.0"))
     assert result["verdict"] == ISOLATED, result["findings"]
     assert result["toolkit_version"] == "1.20.0" and not cves(result)
+    assert any(n.startswith("toolkit 1.20.0, libnvidia-container 1.20.0") and "none of the" in n for n in result["notes"])
+
+
+def test_two_toolkit_installs_are_judged_by_the_older(tmp_path):
+    """A node with the operator's toolkit and an old package's hook: the old hook still runs."""
+    root = root_with(tmp_path, "1.20.0")
+    with open(f"{root}/{TOOLKIT_VERSION_FILE}", "a") as f:
+        f.write(CTK.format(v="1.17.7"))
+    result = verify_node_root(root)
+    assert result["verdict"] == EXPOSED and result["toolkit_version"] == "1.17.7"
+    assert "CVE-2025-23266" in cves(result)
+
+
+def test_libnvidia_container_alone_is_judged_for_its_own(tmp_path):
+    root = root_with(tmp_path, None)
+    with open(f"{root}/{TOOLKIT_VERSION_FILE}", "w") as f:
+        f.write(CLI.format(v="1.17.2"))
+    result = verify_node_root(root)
+    assert cves(result) == ["CVE-2024-0136", "CVE-2024-0137", "CVE-2025-23359"]
+    assert any("only libnvidia-container's known container escapes were checked" in n for n in result["notes"])
 
 
 def test_an_unknown_release_is_a_note_not_a_verdict(tmp_path):
