@@ -153,6 +153,12 @@ def finding(status: str, check: str, where: str, message: str, fix: str, **extra
     return out
 
 
+def _cve_finding(e: dict, where: str, message: str, fix: str) -> dict:
+    """The ``toolkit-cve`` finding for exposure ``e`` (bcd_toolkit_advisories.exposures)."""
+    return finding(EXPOSED, "toolkit-cve", where, message, fix, cve=e["cve"], version=e["version"], fixed=e["fixed"],
+                   operator=e["operator"], sources=e["sources"])
+
+
 def verdict_of(findings: list[dict]) -> str:
     """``exposed`` if any finding is, else ``unverifiable`` if any is, else ``isolated``."""
     statuses = {f["status"] for f in findings}
@@ -414,7 +420,7 @@ class NodeVerifier:
     """Collects what one node root says about GPU isolation. Use :func:`verify_node_root`."""
 
     def __init__(self, root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
-                 containerd_version: str | None = None, toolkit_version: str | None = None):
+                 containerd_version: str | None = None, toolkit_version=None):
         self.fs = _Root(root)
         self._containerd_version = containerd_version
         self._toolkit_version = toolkit_version
@@ -993,7 +999,10 @@ class NodeVerifier:
         mitigation is set in every toolkit configuration those runtimes read."""
         if not self.runtimes and not self.hooks:
             return
-        text, source = self._version_text(self._toolkit_version, "the toolkit binaries' --version",
+        given = self._toolkit_version
+        if callable(given):
+            given = given([x["binary"] for x in self.runtimes + self.hooks if x.get("binary")])
+        text, source = self._version_text(given, "the toolkit binaries' --version",
                                           TOOLKIT_VERSION_FILE, "the toolkit's release")
         toolkit = parse_release(text) if text else None
         cli = parse_release(text, cli=True) if text else None
@@ -1027,10 +1036,7 @@ class NodeVerifier:
                                   f"{e['mitigation']['key']} = {str(e['mitigation']['value']).lower()} in "
                                   + ", ".join(c["path"] for c in used) + f"; {fix.split(';', maxsplit=1)[0]}")
                 continue
-            self.findings.append(finding(
-                EXPOSED, "toolkit-cve", source, text, fix,
-                cve=e["cve"], version=e["version"], fixed=e["fixed"], operator=e["operator"], sources=e["sources"],
-            ))
+            self.findings.append(_cve_finding(e, source, text, fix))
 
     def run(self) -> dict:
         self._effective()
@@ -1114,7 +1120,7 @@ def containerd_binary(root: str) -> str | None:
 def verify_node_root(
     root: str, runtime_paths: dict | None = None, toolkit_paths: dict | None = None,
     handler: str | None = "nvidia", gpu_api: str = "device-plugin", containerd_version: str | None = None,
-    toolkit_version: str | None = None,
+    toolkit_version=None,
 ) -> dict:
     """Check one node's root directory for GPU isolation.
 
@@ -1135,8 +1141,9 @@ def verify_node_root(
     Readiness (``handler``: the RuntimeClass handler bcd's pod runs with, None for none;
     ``gpu_api``: ``bcd_gpu_api``): ``ready`` and ``readiness`` (see :func:`readiness`), from
     ``cdi_specs`` and ``plugins_registry`` too.
-    ``toolkit_version``: the toolkit binaries' ``--version`` output on the node (else the root's
-    ``nvidia-container-toolkit-version`` file): a release older than a container-escape fix
+    ``toolkit_version``: the toolkit binaries' ``--version`` output on the node, or a function
+    that asks them given their paths (called only when a runtime or hook runs the toolkit; else
+    the root's ``nvidia-container-toolkit-version`` file): a release older than a container-escape fix
     (bcd_toolkit_advisories) is a ``toolkit-cve`` finding naming the CVE (``cve``, ``version``,
     ``fixed``, ``operator``), unless its mitigation is set; ``toolkit_version`` in the result.
     Raises :class:`NodeRootError` when ``root`` is not a directory.
@@ -1407,11 +1414,8 @@ def _operator_toolkit_cves(where: str, toolkit: dict) -> list[dict]:
         if e["mitigated"] and e["mitigation"]["clears"]:
             continue
         text, fix = cve_message(e, f"{where} spec.toolkit.version {tag!r}")
-        out.append(finding(
-            EXPOSED, "toolkit-cve", where, text, fix.replace(
-                "upgrade the NVIDIA Container Toolkit to", "set spec.toolkit.version to the toolkit image of"),
-            cve=e["cve"], version=e["version"], fixed=e["fixed"], operator=e["operator"], sources=e["sources"],
-        ))
+        out.append(_cve_finding(e, where, text, fix.replace(
+            "upgrade the NVIDIA Container Toolkit to", "set spec.toolkit.version to the toolkit image of")))
     return out
 
 

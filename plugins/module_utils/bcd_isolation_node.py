@@ -91,14 +91,13 @@ def containerd_version(module, root: str) -> str | None:
     return out if rc == 0 and out.strip() else None
 
 
-def toolkit_version(module, root: str, result: dict) -> str | None:
-    """On the node itself (root /): what the toolkit binaries its runtimes and hooks run say they
-    are (``--version``), and ``nvidia-container-cli --version`` (libnvidia-container, versioned
-    apart); None when none answers."""
+def toolkit_version(module, root: str, binaries: list[str]) -> str | None:
+    """On the node itself (root /): what ``binaries`` (the toolkit binaries its runtimes and hooks
+    run) say they are (``--version``), and ``nvidia-container-cli --version`` (libnvidia-container,
+    versioned apart); None when none answers."""
     if os.path.realpath(root) != "/":
         return None
-    binaries = [r.get("binary") for r in result.get("runtimes", []) + result.get("hooks", [])]
-    binaries += [f"{d}/nvidia-container-cli" for d in PATH_DIRS]
+    binaries = [*binaries, *(f"{d}/nvidia-container-cli" for d in PATH_DIRS)]
     outputs, seen = [], set()
     for binary in binaries:
         if not binary or not binary.startswith("/") or binary in seen or not os.path.isfile(binary):
@@ -118,12 +117,9 @@ def run_node(module) -> None:
     args = (root, paths_param(module, "runtime_paths"), paths_param(module, "toolkit_paths"),
             module.params["runtime_handler"] or None, module.params["gpu_api"])
     try:
-        containerd = containerd_version(module, root)
-        result = verify_node_root(*args, containerd_version=containerd)
-        # the toolkit binaries to ask are the ones the runtimes and hooks just found run
-        version = toolkit_version(module, root, result) if result["runtimes"] or result["hooks"] else None
-        if version:
-            result = verify_node_root(*args, containerd_version=containerd, toolkit_version=version)
+        # the toolkit binaries to ask are the ones the judge finds the runtimes and hooks run
+        result = verify_node_root(*args, containerd_version=containerd_version(module, root),
+                                  toolkit_version=lambda binaries: toolkit_version(module, root, binaries))
     except NodeRootError as exc:
         module.fail_json(msg=f"bcd_node_root: {exc}")
         return

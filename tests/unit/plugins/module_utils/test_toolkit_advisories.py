@@ -159,6 +159,18 @@ def test_the_version_output_given_on_the_node_wins_over_the_file(tmp_path):
     assert result["findings"][0]["where"] == "the toolkit binaries' --version"
 
 
+def test_the_binaries_the_runtimes_run_are_the_ones_asked(tmp_path):
+    asked = []
+
+    def ask(binaries):
+        asked.append(binaries)
+        return RUNTIME.format(v="1.17.3")
+
+    result = verify_node_root(root_with(tmp_path, "1.20.0"), toolkit_version=ask)
+    assert asked == [["/usr/bin/nvidia-container-runtime"]]
+    assert "CVE-2025-23359" in cves(result)
+
+
 def test_no_toolkit_in_use_no_release_check(tmp_path):
     root = tmp_path / "root"
     (root / "etc/containerd").mkdir(parents=True)
@@ -244,8 +256,8 @@ def test_on_the_node_the_binaries_the_runtimes_run_are_asked(tmp_path):
     runtime = tmp_path / "nvidia-container-runtime"
     runtime.write_text("#!/bin/sh\n[ \"$1\" = --version ] && printf 'NVIDIA Container Runtime version 1.17.7\\n'\n")
     runtime.chmod(0o755)
-    result = {"runtimes": [{"binary": str(runtime)}], "hooks": [{"binary": "nvidia-container-runtime-hook"}]}
-    text = toolkit_version(_Module(), "/", result)
+    binaries = [str(runtime), "nvidia-container-runtime-hook"]
+    text = toolkit_version(_Module(), "/", binaries)
     assert parse_release(text) == (1, 17, 7, 0)
     # only on the node itself: a collected root's binaries are never run
-    assert toolkit_version(_Module(), str(tmp_path), result) is None
+    assert toolkit_version(_Module(), str(tmp_path), binaries) is None
